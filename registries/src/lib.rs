@@ -1,0 +1,27 @@
+//! tributary's abstract service model and the platform adapters ("registries") that fill it.
+//!
+//! This crate owns:
+//! - [`model`]: plain data for services and endpoints, with every field Envoy will need;
+//! - the [`Registry`] trait: a registry runs as its own task and reports what it knows through a
+//!   [`RegistrySink`] as batches of [`Change`]s keyed by hostname, plus a "synced" signal once its
+//!   initial listing is complete, plus its health;
+//! - the adapters themselves, one folder each (today: [`mock`]).
+//!
+//! It does **not** merge registries, debounce, build Envoy resources or speak xDS: that is the
+//! `tributary` crate, which depends on this one and never the other way round. A new registry is one
+//! folder here plus one line of wiring in `tributary`'s config.
+
+#![forbid(unsafe_code)]
+
+pub mod mock;
+pub mod model;
+mod registry;
+pub mod test_util;
+
+pub use model::{
+    ClusterId, Endpoint, Health, Hostname, HostnameError, Locality, MeshLocation, Origin, Protocol,
+    RegistryId, Resolution, Service, ServicePort, ServiceState,
+};
+pub use registry::{
+    Change, Registry, RegistryError, RegistryEvent, RegistryMessage, RegistrySink, RegistryStatus,
+};

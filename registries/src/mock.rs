@@ -1,0 +1,1 @@
+//! PLACEHOLDER: the mock registry lands here.

@@ -1,0 +1,138 @@
+//! The contract between a registry and the aggregate.
+//!
+//! A registry is a task. It lists its platform, reports every hostname it knows as a
+//! [`Change::Upsert`], says [`RegistryEvent::Synced`] once, and from then on reports changes as they
+//! happen. When its platform fails it reports [`RegistryStatus::Degraded`] and keeps quiet about
+//! data: the aggregate keeps serving what it last reported (a failing registry never wipes what it
+//! served before). Events only flow one way, registry → aggregate, over a bounded channel.
+
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use crate::model::{Hostname, RegistryId, ServiceState};
+
+/// One change to what a registry knows, keyed by hostname.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// The registry's complete current view of this hostname (service and endpoints).
+    Upsert(ServiceState),
+    /// The registry no longer knows this hostname.
+    Delete(Hostname),
+}
+
+impl Change {
+    /// The hostname the change is about.
+    pub fn hostname(&self) -> &Hostname {
+        match self {
+            Change::Upsert(state) => &state.service.hostname,
+            Change::Delete(host) => host,
+        }
+    }
+}
+
+/// Whether a registry can currently reach its platform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryStatus {
+    /// Reading its platform normally.
+    Healthy,
+    /// Cannot read its platform; what it reported last is kept and served, marked stale.
+    Degraded {
+        /// What went wrong and what to check, for logs and `/debug/registryz`.
+        reason: String,
+    },
+}
+
+/// Something a registry reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RegistryEvent {
+    /// A batch of changes to apply together.
+    Changes(Vec<Change>),
+    /// The initial listing is complete: what was reported so far is the whole truth. Sent once;
+    /// later `Synced` events are ignored.
+    Synced,
+    /// The registry's health changed.
+    Status(RegistryStatus),
+}
+
+/// A [`RegistryEvent`] with the registry that sent it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegistryMessage {
+    /// The sender.
+    pub registry: RegistryId,
+    /// What it reported.
+    pub event: RegistryEvent,
+}
+
+/// Why a registry task stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The aggregate is gone (tributary is shutting down); not a failure.
+    #[error("the aggregate stopped listening")]
+    Closed,
+    /// The registry's configuration cannot work; it will not be retried.
+    #[error("registry configuration is invalid: {0}")]
+    Config(String),
+    /// Anything else that ended the task.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Where a registry sends what it learns. Cheap to clone; every send waits for room in the
+/// aggregate's bounded channel, so a fast registry cannot run memory up.
+#[derive(Clone, Debug)]
+pub struct RegistrySink {
+    registry: RegistryId,
+    tx: mpsc::Sender<RegistryMessage>,
+}
+
+impl RegistrySink {
+    /// A sink that tags everything it sends with `registry`.
+    pub fn new(registry: RegistryId, tx: mpsc::Sender<RegistryMessage>) -> Self {
+        Self { registry, tx }
+    }
+
+    /// The registry this sink speaks for.
+    pub fn registry(&self) -> &RegistryId {
+        &self.registry
+    }
+
+    /// Sends one event.
+    pub async fn send(&self, event: RegistryEvent) -> Result<(), RegistryError> {
+        self.tx
+            .send(RegistryMessage {
+                registry: self.registry.clone(),
+                event,
+            })
+            .await
+            .map_err(|_| RegistryError::Closed)
+    }
+
+    /// Sends a batch of changes; an empty batch sends nothing.
+    pub async fn changes(&self, changes: Vec<Change>) -> Result<(), RegistryError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.send(RegistryEvent::Changes(changes)).await
+    }
+
+    /// Reports that the initial listing is complete.
+    pub async fn synced(&self) -> Result<(), RegistryError> {
+        self.send(RegistryEvent::Synced).await
+    }
+
+    /// Reports the registry's health.
+    pub async fn status(&self, status: RegistryStatus) -> Result<(), RegistryError> {
+        self.send(RegistryEvent::Status(status)).await
+    }
+}
+
+/// A platform adapter. Each configured registry is one value of a type implementing this, started
+/// once as its own task.
+pub trait Registry: Send + 'static {
+    /// The configured name of this registry instance.
+    fn id(&self) -> RegistryId;
+
+    /// Runs until the platform watch ends for good or the sink closes. Transient platform failures
+    /// are retried inside, reported through [`RegistrySink::status`], never returned.
+    fn run(self: Box<Self>, sink: RegistrySink) -> BoxFuture<'static, Result<(), RegistryError>>;
+}

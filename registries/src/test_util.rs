@@ -1,0 +1,1 @@
+//! PLACEHOLDER: the shared registry conformance harness lands here.

@@ -1,0 +1,140 @@
+//! Turns the abstract model into Envoy v3 resources: one file per resource type.
+//!
+//! Pure functions of the model, no I/O and no protocol state. Names follow Istio so that trained
+//! eyes and dashboards work unchanged: clusters `outbound|<port>||<hostname>`, route configurations
+//! named by port, listeners `0.0.0.0_<port>`. Anything Envoy would reject is caught here and
+//! reported as a [`ConfigIssue`] against the input object, never sent (INV-7, REG-12).
+
+mod resource;
+
+pub use resource::{ContentHash, EncodedResource};
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// The xDS resource types tributary serves, in ADS push order (SOTW-30: CDS → EDS → LDS → RDS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum ResourceType {
+    /// `envoy.config.cluster.v3.Cluster` (CDS).
+    Cluster,
+    /// `envoy.config.endpoint.v3.ClusterLoadAssignment` (EDS).
+    Endpoint,
+    /// `envoy.config.listener.v3.Listener` (LDS).
+    Listener,
+    /// `envoy.config.route.v3.RouteConfiguration` (RDS).
+    Route,
+}
+
+impl ResourceType {
+    /// Every type, in the order one push sends them (SOTW-30).
+    pub const PUSH_ORDER: [ResourceType; 4] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+        ResourceType::Route,
+    ];
+
+    /// The `type_url` clients use for this type.
+    pub const fn type_url(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            ResourceType::Endpoint => {
+                "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+            }
+            ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
+            ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+        }
+    }
+
+    /// The type with this `type_url`, if tributary serves it.
+    pub fn from_type_url(url: &str) -> Option<Self> {
+        Self::PUSH_ORDER.into_iter().find(|t| t.type_url() == url)
+    }
+
+    /// Short lower-case name used in metric labels (`cds`, `eds`, `lds`, `rds`), as istiod does.
+    pub const fn short(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "cds",
+            ResourceType::Endpoint => "eds",
+            ResourceType::Listener => "lds",
+            ResourceType::Route => "rds",
+        }
+    }
+
+    /// Position in [`Self::PUSH_ORDER`], for per-type arrays.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether a SotW response must carry every resource of the subscription, so that leaving one
+    /// out deletes it (LDS, CDS), rather than only the changed ones (EDS, RDS). SOTW-24, SOTW-26.
+    pub const fn full_state_in_sotw(self) -> bool {
+        matches!(self, ResourceType::Cluster | ResourceType::Listener)
+    }
+
+    /// Whether an empty first request means "everything" (legacy wildcard). Only LDS and CDS, as
+    /// istiod and section G-3 decide: an empty EDS/RDS request subscribes to nothing (SOTW-22).
+    pub const fn legacy_wildcard(self) -> bool {
+        self.full_state_in_sotw()
+    }
+}
+
+impl fmt::Display for ResourceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short())
+    }
+}
+
+/// Something in the input that could not be turned into valid Envoy config, reported against the
+/// object it came from. The object is left out (or the conflicting part of it), everything else is
+/// served.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct ConfigIssue {
+    /// The input object: a hostname, or `port <n>` for listener/route conflicts.
+    pub object: String,
+    /// The field or part of the object at fault, e.g. `endpoints[2].address`.
+    pub field: String,
+    /// What is wrong and what was done about it.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.object, self.field, self.message)
+    }
+}
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::aggregate::MergedService;
+
+/// Knobs that change what is generated for every proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerateOptions {
+    /// Include endpoints whose health is UNHEALTHY in EDS (marked UNHEALTHY). Off by default, as
+    /// istiod's `PILOT_SEND_UNHEALTHY_ENDPOINTS`.
+    pub send_unhealthy_endpoints: bool,
+    /// Upstream connect timeout for generated clusters.
+    pub connect_timeout: Duration,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self {
+            send_unhealthy_endpoints: false,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// PLACEHOLDER until src/envoy/listener.rs lands.
+pub fn listener_for_port(
+    _port: u16,
+    _services: &[&MergedService],
+    _bind: IpAddr,
+    _issues: &mut Vec<ConfigIssue>,
+) -> Option<EncodedResource> {
+    None
+}

@@ -1,0 +1,177 @@
+//! A resource encoded once and shared by every stream that sends it.
+//!
+//! The wire form of both `DiscoveryResponse.resources` (SotW, field 2, `repeated Any`) and of the
+//! `Any` inside a delta `Resource` is built here exactly once per content version. A SotW response is
+//! then a small per-stream header followed by these shared [`Bytes`] chunks, in the order the stream
+//! chooses: no per-stream re-encode or copy (see `shared/reference/floor.md`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::Message;
+use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+
+use super::ResourceType;
+
+/// A content-derived version: the same bytes give the same version on every replica and restart
+/// (SOTW-7, DELTA-13, TRANS-12).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContentHash(pub u128);
+
+impl ContentHash {
+    /// The hash of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Self(xxhash_rust::xxh3::xxh3_128(bytes))
+    }
+}
+
+impl fmt::Display for ContentHash {
+    /// 16 hex digits of the 128-bit hash: short enough for logs, long enough to never collide in
+    /// practice for one resource name.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", (self.0 >> 64) as u64 ^ self.0 as u64)
+    }
+}
+
+impl fmt::Debug for ContentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// One Envoy resource, encoded once.
+#[derive(Clone)]
+pub struct EncodedResource {
+    /// The resource name (cluster name, CLA cluster name, listener name, route config name).
+    pub name: Arc<str>,
+    /// Its type.
+    pub ty: ResourceType,
+    /// Hash of the encoded message; the per-resource version.
+    pub hash: ContentHash,
+    /// `hash` as text, as sent in delta `Resource.version`.
+    pub version: Arc<str>,
+    /// The complete SotW `resources` entry: field-2 key, length, then the encoded `Any`.
+    sotw_entry: Bytes,
+    /// Where the `Any` starts inside `sotw_entry`.
+    any_offset: usize,
+}
+
+impl EncodedResource {
+    /// Encodes `message` as a resource of type `ty` named `name`.
+    pub fn encode<M: Message>(ty: ResourceType, name: &str, message: &M) -> Self {
+        let value_len = message.encoded_len();
+        let type_url = ty.type_url();
+        // Any { type_url = 1; value = 2 }
+        let any_len = 1
+            + encoded_len_varint(type_url.len() as u64)
+            + type_url.len()
+            + 1
+            + encoded_len_varint(value_len as u64)
+            + value_len;
+        let prefix_len = 1 + encoded_len_varint(any_len as u64);
+        let mut buf = BytesMut::with_capacity(prefix_len + any_len);
+        encode_key(2, WireType::LengthDelimited, &mut buf);
+        encode_varint(any_len as u64, &mut buf);
+        encode_key(1, WireType::LengthDelimited, &mut buf);
+        encode_varint(type_url.len() as u64, &mut buf);
+        buf.put_slice(type_url.as_bytes());
+        encode_key(2, WireType::LengthDelimited, &mut buf);
+        encode_varint(value_len as u64, &mut buf);
+        message
+            .encode(&mut buf)
+            .expect("BytesMut grows, so encoding cannot run out of room");
+        let sotw_entry = buf.freeze();
+        let hash = ContentHash::of(&sotw_entry[prefix_len..]);
+        Self {
+            name: Arc::from(name),
+            ty,
+            hash,
+            version: Arc::from(hash.to_string()),
+            sotw_entry,
+            any_offset: prefix_len,
+        }
+    }
+
+    /// The bytes to append to a SotW `DiscoveryResponse` for this resource (field 2 included).
+    pub fn sotw_entry(&self) -> &Bytes {
+        &self.sotw_entry
+    }
+
+    /// The encoded `google.protobuf.Any`, sharing `sotw_entry`'s allocation.
+    pub fn any_bytes(&self) -> Bytes {
+        self.sotw_entry.slice(self.any_offset..)
+    }
+
+    /// Decodes the `Any` again, for debug views and tests; never on the push path.
+    pub fn to_any(&self) -> envoy_types::pb::google::protobuf::Any {
+        envoy_types::pb::google::protobuf::Any::decode(self.any_bytes())
+            .expect("bytes were produced by encode() from a valid message")
+    }
+
+    /// Encoded size of the `Any`.
+    pub fn encoded_len(&self) -> usize {
+        self.sotw_entry.len() - self.any_offset
+    }
+}
+
+impl fmt::Debug for EncodedResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EncodedResource")
+            .field("name", &self.name)
+            .field("type", &self.ty)
+            .field("version", &self.version)
+            .field("len", &self.encoded_len())
+            .finish()
+    }
+}
+
+impl PartialEq for EncodedResource {
+    fn eq(&self, other: &Self) -> bool {
+        self.ty == other.ty && self.name == other.name && self.sotw_entry == other.sotw_entry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+
+    #[test]
+    fn sotw_entry_decodes_as_a_discovery_response_resource() {
+        let cluster = Cluster {
+            name: "outbound|80||a.b".into(),
+            ..Default::default()
+        };
+        let r = EncodedResource::encode(ResourceType::Cluster, &cluster.name, &cluster);
+        let mut body = BytesMut::new();
+        body.put_slice(r.sotw_entry());
+        body.put_slice(r.sotw_entry());
+        let resp = DiscoveryResponse::decode(body.freeze()).unwrap();
+        assert_eq!(resp.resources.len(), 2);
+        assert_eq!(resp.resources[0].type_url, ResourceType::Cluster.type_url());
+        let back = Cluster::decode(resp.resources[0].value.as_slice()).unwrap();
+        assert_eq!(back, cluster);
+        assert_eq!(r.to_any(), resp.resources[1]);
+    }
+
+    #[test]
+    fn version_is_derived_from_content_only() {
+        let a = Cluster {
+            name: "c".into(),
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        let ra = EncodedResource::encode(ResourceType::Cluster, "c", &a);
+        assert_eq!(
+            ra.version,
+            EncodedResource::encode(ResourceType::Cluster, "c", &b).version
+        );
+        b.alt_stat_name = "x".into();
+        assert_ne!(
+            ra.version,
+            EncodedResource::encode(ResourceType::Cluster, "c", &b).version
+        );
+    }
+}

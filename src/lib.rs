@@ -1,0 +1,16 @@
+//! tributary: a multi-registry aggregation gateway that serves Envoy over xDS.
+//!
+//! This crate owns everything that is not platform-specific, left to right:
+//! registries (from `tributary-registries`) → [`aggregate`] (merge + debounce) → [`snapshot`]
+//! (immutable, built incrementally, swapped with `arc-swap`) → `xds` (ADS server) → Envoy, with
+//! `admin` (readiness, metrics, debug views) on the side. [`envoy`] turns the model into Envoy
+//! resources.
+//!
+//! It does not talk to any platform (that is `tributary-registries`) and holds no mutable state
+//! outside the tasks that own it.
+
+#![forbid(unsafe_code)]
+
+pub mod aggregate;
+pub mod envoy;
+pub mod snapshot;

@@ -1,0 +1,105 @@
+//! The immutable snapshot every reader sees, how it is built, and where it is published.
+//!
+//! A [`Snapshot`] holds every Envoy resource, encoded once ([`EncodedResource`]), in persistent maps
+//! so that building the next one from the previous one costs only what changed. It is published
+//! through a [`SnapshotStore`] (`arc-swap` plus a `watch` to wake streams): readers never lock, and a
+//! slow reader simply loads the newest snapshot when it gets round to it (latest wins).
+//!
+//! Each snapshot also remembers what changed in the last [`HISTORY_LEN`] builds, so a stream that
+//! last sent at sequence `s` finds what to send by looking at those changes, not by diffing the
+//! mesh.
+
+mod builder;
+mod history;
+mod listeners;
+mod store;
+mod version;
+
+pub use builder::{BuildInput, SnapshotBuilder};
+pub use history::{ChangeSet, Changes, HISTORY_LEN};
+pub use store::SnapshotStore;
+pub use version::TypeVersion;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use imbl::OrdMap;
+use tributary_registries::Hostname;
+
+use crate::aggregate::MergedService;
+use crate::envoy::{ConfigIssue, EncodedResource, ResourceType};
+
+/// One resource in a snapshot, with the build that last changed its content.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The resource, shared by every stream and every later snapshot that did not change it.
+    pub resource: Arc<EncodedResource>,
+    /// The snapshot `seq` in which this content first appeared.
+    pub changed_seq: u64,
+}
+
+/// Every resource of one type, with the type's content-derived version.
+#[derive(Debug, Clone, Default)]
+pub struct TypeResources {
+    /// Name → resource, ordered by name so responses are deterministic.
+    pub entries: OrdMap<Arc<str>, Entry>,
+    /// Version of the whole set: changes exactly when a resource is added, removed or changed, and is
+    /// the same on every replica for the same content (SOTW-7, TRANS-12).
+    pub version: TypeVersion,
+}
+
+impl TypeResources {
+    /// The resource named `name`.
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.entries.get(name)
+    }
+
+    /// Number of resources.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// An immutable view of the whole mesh as Envoy resources.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Build number within this process (1, 2, ...). Never sent to clients: versions are content
+    /// derived; `seq` only orders snapshots for change tracking.
+    pub seq: u64,
+    pub(crate) types: [Arc<TypeResources>; 4],
+    pub(crate) history: history::History,
+    /// The merged services this snapshot was built from, for debug views.
+    pub services: OrdMap<Hostname, Arc<MergedService>>,
+    /// Input that could not be turned into valid config, as of this snapshot.
+    pub issues: Arc<Vec<ConfigIssue>>,
+    /// Listener variants for nodes that asked for another bind address.
+    pub(crate) listeners: listeners::BoundListeners,
+}
+
+impl Snapshot {
+    /// The resources of type `ty` as a node with the default listener address sees them.
+    pub fn resources(&self, ty: ResourceType) -> &TypeResources {
+        &self.types[ty.index()]
+    }
+
+    /// The resources of type `ty` for a node whose listeners bind to `bind` (from its metadata;
+    /// `None` for the default `0.0.0.0`). Only listeners differ between bind addresses, and their
+    /// names and `changed_seq` are the same as the default's, so change tracking is unaffected.
+    pub fn resources_for(&self, ty: ResourceType, bind: Option<IpAddr>) -> Arc<TypeResources> {
+        match (ty, bind) {
+            (ResourceType::Listener, Some(ip)) => self.listeners.bound_to(ip, self.resources(ty)),
+            _ => Arc::clone(&self.types[ty.index()]),
+        }
+    }
+
+    /// What changed in type `ty` after snapshot `since`, up to this one; `None` when `since` is older
+    /// than the history kept, and the caller must compare by [`Entry::changed_seq`] instead.
+    pub fn changes_since(&self, ty: ResourceType, since: u64) -> Option<Changes> {
+        self.history.since(ty, since, self.seq)
+    }
+}
