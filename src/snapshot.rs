@@ -16,12 +16,14 @@ mod store;
 mod version;
 
 pub use builder::{BuildInput, SnapshotBuilder};
+pub use listeners::ListenerInputs;
 pub use history::{ChangeSet, Changes, HISTORY_LEN};
 pub use store::SnapshotStore;
 pub use version::TypeVersion;
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use imbl::OrdMap;
 use tributary_registries::Hostname;
@@ -71,6 +73,9 @@ pub struct Snapshot {
     /// Build number within this process (1, 2, ...). Never sent to clients: versions are content
     /// derived; `seq` only orders snapshots for change tracking.
     pub seq: u64,
+    /// When the first registry event folded into this build was received; streams measure
+    /// `pilot_proxy_convergence_time` from here.
+    pub triggered_at: Instant,
     pub(crate) types: [Arc<TypeResources>; 4],
     pub(crate) history: history::History,
     /// The merged services this snapshot was built from, for debug views.

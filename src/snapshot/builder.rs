@@ -6,6 +6,7 @@
 //! change at all: it keeps its `changed_seq`, and no stream will send it again.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use imbl::OrdMap;
 use tributary_registries::Hostname;
@@ -29,6 +30,8 @@ pub struct BuildInput {
     pub issues: Option<Vec<ConfigIssue>>,
     /// What listener variants for other bind addresses are generated from, when it changed.
     pub listener_inputs: Option<Arc<ListenerInputs>>,
+    /// When the first registry event behind this build arrived; `None` means now.
+    pub triggered_at: Option<Instant>,
 }
 
 /// Produces the next snapshot from the previous one. Owned by the one task that builds snapshots.
@@ -105,6 +108,7 @@ impl SnapshotBuilder {
         }
         let snapshot = Arc::new(Snapshot {
             seq,
+            triggered_at: input.triggered_at.unwrap_or_else(Instant::now),
             types: types.map(Arc::new),
             history: history.with(set),
             services,
