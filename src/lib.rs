@@ -12,5 +12,6 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
+pub mod config;
 pub mod envoy;
 pub mod snapshot;

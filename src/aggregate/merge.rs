@@ -1,7 +1,14 @@
 //! Deterministic merge of one hostname across registries.
+//!
+//! The rule (DESIGN.md, REG-10): service attributes come from the first registry, in configured
+//! order, that knows the hostname; endpoints are the union of every registry's, in registry order,
+//! each keeping its origin. VIPs and service accounts are unions too, since each registry or cluster
+//! contributes its own. Disagreements on the attributes that shape Envoy config (ports, resolution,
+//! location) are recorded on the merged service so `/debug/registryz` shows them; the first
+//! registry's view is what gets served, whatever order events arrived in.
 
 use serde::Serialize;
-use tributary_registries::{Endpoint, RegistryId, Service};
+use tributary_registries::{Endpoint, RegistryId, Service, ServiceState};
 
 /// One hostname as the whole mesh sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -12,6 +19,137 @@ pub struct MergedService {
     pub endpoints: Vec<Endpoint>,
     /// Every registry that knows this hostname, in configured order.
     pub registries: Vec<RegistryId>,
-    /// Attribute disagreements between registries, reported once and shown in `/debug`.
+    /// Attribute disagreements between registries, shown in `/debug/registryz`.
     pub conflicts: Vec<String>,
+}
+
+/// Merges the states registries reported for one hostname, given in configured registry order.
+/// `None` when no registry knows the hostname any more.
+pub fn merge<'a>(states: impl IntoIterator<Item = &'a ServiceState>) -> Option<MergedService> {
+    let mut states = states.into_iter();
+    let first = states.next()?;
+    let mut merged = MergedService {
+        service: first.service.clone(),
+        endpoints: first.endpoints.clone(),
+        registries: vec![first.service.origin.registry.clone()],
+        conflicts: Vec::new(),
+    };
+    for state in states {
+        let other = &state.service;
+        let base = &merged.service;
+        let mut differs = Vec::new();
+        if other.ports != base.ports {
+            differs.push("ports");
+        }
+        if other.resolution != base.resolution {
+            differs.push("resolution");
+        }
+        if other.location != base.location {
+            differs.push("location");
+        }
+        if !differs.is_empty() {
+            merged.conflicts.push(format!(
+                "registry {} disagrees with {} on {}; serving {}'s definition",
+                other.origin.registry,
+                base.origin.registry,
+                differs.join(", "),
+                base.origin.registry,
+            ));
+        }
+        for (cluster, vips) in &other.vips {
+            merged
+                .service
+                .vips
+                .entry(cluster.clone())
+                .or_insert_with(|| vips.clone());
+        }
+        for sa in &other.service_accounts {
+            if !merged.service.service_accounts.contains(sa) {
+                merged.service.service_accounts.push(sa.clone());
+            }
+        }
+        merged.endpoints.extend(state.endpoints.iter().cloned());
+        if !merged.registries.contains(&other.origin.registry) {
+            merged.registries.push(other.origin.registry.clone());
+        }
+    }
+    merged.service.service_accounts.sort();
+    Some(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use tributary_registries::{
+        ClusterId, Health, Hostname, Locality, MeshLocation, Origin, Protocol, Resolution,
+        ServicePort,
+    };
+
+    use super::*;
+
+    fn origin(r: &str) -> Origin {
+        Origin {
+            registry: RegistryId::new(r),
+            cluster: ClusterId::new(r),
+        }
+    }
+
+    fn state(r: &str, port: u16, ips: &[&str]) -> ServiceState {
+        ServiceState {
+            service: Service {
+                hostname: Hostname::new("a.example").unwrap(),
+                ports: vec![ServicePort {
+                    name: "http".into(),
+                    port,
+                    protocol: Protocol::Http,
+                }],
+                vips: BTreeMap::from([(ClusterId::new(r), vec!["10.0.0.1".parse().unwrap()])]),
+                resolution: Resolution::Static,
+                location: MeshLocation::MeshInternal,
+                labels: BTreeMap::new(),
+                service_accounts: vec![format!("sa-{r}")],
+                origin: origin(r),
+            },
+            endpoints: ips
+                .iter()
+                .map(|ip| Endpoint {
+                    address: ip.to_string(),
+                    ports: BTreeMap::new(),
+                    labels: BTreeMap::new(),
+                    locality: Locality::default(),
+                    network: String::new(),
+                    service_account: String::new(),
+                    health: Health::Healthy,
+                    weight: 1,
+                    origin: origin(r),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn first_registry_wins_attributes_endpoints_are_union() {
+        // REG-10: attributes from the first registry in configured order, endpoints unioned.
+        let kube = state("kube", 80, &["10.1.0.1"]);
+        let consul = state("consul", 8080, &["10.2.0.1", "10.2.0.2"]);
+        let m = merge([&kube, &consul]).unwrap();
+        assert_eq!(m.service.ports[0].port, 80);
+        assert_eq!(m.service.origin.registry.as_str(), "kube");
+        let addrs: Vec<_> = m.endpoints.iter().map(|e| e.address.as_str()).collect();
+        assert_eq!(addrs, ["10.1.0.1", "10.2.0.1", "10.2.0.2"]);
+        assert_eq!(m.endpoints[1].origin.registry.as_str(), "consul");
+        assert_eq!(m.service.vips.len(), 2);
+        assert_eq!(m.service.service_accounts, ["sa-consul", "sa-kube"]);
+        assert_eq!(m.conflicts.len(), 1);
+        assert!(m.conflicts[0].contains("ports"), "{}", m.conflicts[0]);
+    }
+
+    #[test]
+    fn agreeing_registries_have_no_conflict() {
+        let a = state("kube", 80, &["10.1.0.1"]);
+        let b = state("consul", 80, &["10.2.0.1"]);
+        assert!(merge([&a, &b]).unwrap().conflicts.is_empty());
+        assert!(merge(std::iter::empty::<&ServiceState>()).is_none());
+    }
 }

@@ -1,0 +1,287 @@
+//! tributary's settings: the config file, and the flags that override it.
+//!
+//! `tributary --config tributary.yaml` reads a [`Config`]; flags given on the command line replace
+//! the file's values (`main` applies them with [`Config::apply_overrides`]). With neither a config
+//! file nor `--mock-file`, tributary serves the embedded demo mesh. Nothing below this module and
+//! `main` reads environment variables.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tributary_registries::mock::MockConfig;
+
+use crate::aggregate::DebounceSettings;
+
+/// The default plaintext xDS address, istiod's `--grpcAddr` port on loopback.
+pub const DEFAULT_XDS_ADDR: &str = "127.0.0.1:15010";
+/// The default admin address (metrics, readiness, debug), istiod's monitoring port on loopback.
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:15014";
+
+/// Why the configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML for a [`Config`].
+    #[error("config file {path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What serde said, with line and column.
+        source: serde_yaml::Error,
+    },
+    /// The values do not make sense together.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where the plaintext xDS gRPC server listens (and the mock registry's control API).
+    pub xds_addr: SocketAddr,
+    /// Where the admin HTTP server listens: `/ready`, `/metrics`, `/debug/*`.
+    pub admin_addr: SocketAddr,
+    /// The registries, in merge order: the first that knows a hostname defines its attributes.
+    pub registries: Vec<RegistryConfig>,
+    /// How bursts of changes are coalesced into pushes.
+    pub debounce: DebounceSettings,
+    /// How long to wait for a registry's initial sync before serving without it (loudly).
+    #[serde(with = "duration")]
+    pub sync_timeout: Duration,
+    /// Send UNHEALTHY endpoints to proxies (marked UNHEALTHY) instead of leaving them out.
+    pub send_unhealthy_endpoints: bool,
+    /// Upstream connect timeout of generated clusters.
+    #[serde(with = "duration")]
+    pub connect_timeout: Duration,
+}
+
+/// One registry to run. Adding a registry kind is one variant here and one match arm in
+/// `runtime::start_registry`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RegistryConfig {
+    /// The mock registry: a YAML mesh file, reloaded on change, plus a gRPC control API.
+    Mock(MockConfig),
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            xds_addr: DEFAULT_XDS_ADDR.parse().expect("constant address parses"),
+            admin_addr: DEFAULT_ADMIN_ADDR.parse().expect("constant address parses"),
+            registries: Vec::new(),
+            debounce: DebounceSettings::default(),
+            sync_timeout: Duration::from_secs(30),
+            send_unhealthy_endpoints: false,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Values given on the command line, which win over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--xds-addr`.
+    pub xds_addr: Option<SocketAddr>,
+    /// `--admin-addr`.
+    pub admin_addr: Option<SocketAddr>,
+    /// `--mock-file`: replaces the file of the first mock registry, or adds one.
+    pub mock_file: Option<PathBuf>,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_yaml(&text).map_err(|e| match e {
+            ConfigError::Parse { source, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates config text.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: PathBuf::from("<inline>"),
+            source,
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Applies command-line overrides. With no registry configured at all, the result serves the
+    /// embedded demo mesh.
+    pub fn apply_overrides(&mut self, o: Overrides) {
+        if let Some(a) = o.xds_addr {
+            self.xds_addr = a;
+        }
+        if let Some(a) = o.admin_addr {
+            self.admin_addr = a;
+        }
+        if let Some(file) = o.mock_file {
+            let existing = self.registries.iter_mut().find_map(|r| match r {
+                RegistryConfig::Mock(m) => Some(m),
+            });
+            match existing {
+                Some(m) => m.file = Some(file),
+                None => self.registries.push(RegistryConfig::Mock(MockConfig {
+                    file: Some(file),
+                    ..MockConfig::default()
+                })),
+            }
+        }
+    }
+
+    /// Whether no registry is configured, so the demo mesh is served.
+    pub fn is_demo(&self) -> bool {
+        self.registries.is_empty()
+    }
+
+    /// Checks that the values make sense together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let d = &self.debounce;
+        if d.debounce_max < d.debounce_after {
+            return Err(ConfigError::Invalid(format!(
+                "debounce.debounce_max ({:?}) is shorter than debounce.debounce_after ({:?})",
+                d.debounce_max, d.debounce_after
+            )));
+        }
+        if d.endpoint_debounce_after > d.debounce_max {
+            return Err(ConfigError::Invalid(format!(
+                "debounce.endpoint_debounce_after ({:?}) is longer than debounce.debounce_max ({:?})",
+                d.endpoint_debounce_after, d.debounce_max
+            )));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for r in &self.registries {
+            let name = r.name();
+            if !names.insert(name.to_string()) {
+                return Err(ConfigError::Invalid(format!(
+                    "two registries are named {name:?}; give each a unique `name`"
+                )));
+            }
+        }
+        if self.xds_addr == self.admin_addr {
+            return Err(ConfigError::Invalid(format!(
+                "xds_addr and admin_addr are both {}",
+                self.xds_addr
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl RegistryConfig {
+    /// The registry's configured name (its [`tributary_registries::RegistryId`]).
+    pub fn name(&self) -> &str {
+        match self {
+            RegistryConfig::Mock(m) => &m.name,
+        }
+    }
+}
+
+/// Durations as humans write them: `100ms`, `10s`, `5m`.
+pub(crate) mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            serde::de::Error::custom(format!("{text:?} is not a duration like 100ms or 10s: {e}"))
+        })
+    }
+}
+
+/// Timestamps in debug output as RFC 3339.
+pub(crate) mod rfc3339 {
+    use std::time::SystemTime;
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_rfc3339_millis(*t).to_string())
+    }
+}
+
+/// Optional timestamps in debug output as RFC 3339, or null.
+pub(crate) mod rfc3339_opt {
+    use std::time::SystemTime;
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            Some(t) => super::rfc3339::serialize(t, s),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_all_defaults_and_demo() {
+        let c = Config::from_yaml("{}").unwrap();
+        assert_eq!(c, Config::default());
+        assert!(c.is_demo());
+        assert_eq!(c.xds_addr.port(), 15010);
+        assert_eq!(c.admin_addr.port(), 15014);
+    }
+
+    #[test]
+    fn durations_and_overrides() {
+        let c = Config::from_yaml(
+            "debounce: {debounce_after: 50ms, debounce_max: 2s}\nsync_timeout: 1m\nxds_addr: 127.0.0.1:1000\n",
+        )
+        .unwrap();
+        assert_eq!(c.debounce.debounce_after, Duration::from_millis(50));
+        assert_eq!(c.debounce.debounce_max, Duration::from_secs(2));
+        assert_eq!(c.sync_timeout, Duration::from_secs(60));
+        let mut c = c;
+        c.apply_overrides(Overrides {
+            xds_addr: Some("127.0.0.1:2000".parse().unwrap()),
+            mock_file: Some("mesh.yaml".into()),
+            ..Default::default()
+        });
+        assert_eq!(c.xds_addr.port(), 2000, "flags override the file");
+        assert!(!c.is_demo());
+    }
+
+    #[test]
+    fn bad_input_names_the_field() {
+        let e = Config::from_yaml("xds_adr: 1.2.3.4:5\n").unwrap_err().to_string();
+        assert!(e.contains("xds_adr"), "{e}");
+        let e = Config::from_yaml("debounce: {debounce_after: soon}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("soon"), "{e}");
+        let e = Config::from_yaml("debounce: {debounce_after: 20s, debounce_max: 1s}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("debounce_max"), "{e}");
+    }
+}
