@@ -138,3 +138,30 @@ pub fn listener_for_port(
 ) -> Option<EncodedResource> {
     None
 }
+
+/// PLACEHOLDER until src/envoy/cluster.rs lands.
+pub fn clusters_for(
+    _svc: &MergedService,
+    _opts: &GenerateOptions,
+    _issues: &mut Vec<ConfigIssue>,
+) -> Vec<EncodedResource> {
+    Vec::new()
+}
+
+/// PLACEHOLDER until src/envoy/endpoint.rs lands.
+pub fn load_assignments_for(
+    _svc: &MergedService,
+    _opts: &GenerateOptions,
+    _issues: &mut Vec<ConfigIssue>,
+) -> Vec<EncodedResource> {
+    Vec::new()
+}
+
+/// PLACEHOLDER until src/envoy/route.rs lands.
+pub fn route_config_for_port(
+    _port: u16,
+    _services: &[&MergedService],
+    _issues: &mut Vec<ConfigIssue>,
+) -> Option<EncodedResource> {
+    None
+}

@@ -12,11 +12,13 @@
 mod builder;
 mod history;
 mod listeners;
+mod mesh;
 mod store;
 mod version;
 
 pub use builder::{BuildInput, SnapshotBuilder};
-pub use listeners::ListenerInputs;
+pub use listeners::{ListenerInputs, PortIndex};
+pub use mesh::{MeshBuilder, run_builder};
 pub use history::{ChangeSet, Changes, HISTORY_LEN};
 pub use store::SnapshotStore;
 pub use version::TypeVersion;

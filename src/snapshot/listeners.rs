@@ -5,18 +5,24 @@
 //! generated at most once per snapshot and bind address, on first use, and shared by every stream
 //! with that address: still encode once, send to many.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+
+use tributary_registries::Hostname;
 
 use super::{Entry, TypeResources};
 use crate::aggregate::MergedService;
 
+/// Port → the services that expose it, ordered by hostname. Persistent maps: the builder keeps
+/// this index up to date in O(change) and each snapshot's copy costs O(1).
+pub type PortIndex = imbl::OrdMap<u16, imbl::OrdMap<Hostname, Arc<MergedService>>>;
+
 /// Everything listeners are generated from: the services on each port.
 #[derive(Debug, Default)]
 pub struct ListenerInputs {
-    /// Port → the services that expose it, ordered by hostname.
-    pub by_port: BTreeMap<u16, Vec<Arc<MergedService>>>,
+    /// The services on each port.
+    pub by_port: PortIndex,
 }
 
 /// The listener variants of one snapshot, built lazily per bind address.
@@ -50,7 +56,7 @@ impl BoundListeners {
             version: default.version.salted(&ip.to_string()),
         };
         for (port, services) in &self.inputs.by_port {
-            let services: Vec<&MergedService> = services.iter().map(|s| &**s).collect();
+            let services: Vec<&MergedService> = services.values().map(|s| &**s).collect();
             let Some(resource) = crate::envoy::listener_for_port(*port, &services, ip, &mut Vec::new())
             else {
                 continue;
