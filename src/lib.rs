@@ -11,7 +11,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod aggregate;
+pub mod bootstrap;
 pub mod config;
 pub mod envoy;
 pub mod snapshot;

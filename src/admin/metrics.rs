@@ -1,0 +1,50 @@
+//! The process-wide Prometheus recorder, with istiod's histogram buckets.
+//!
+//! Metric names follow istiod (`pilot_xds_pushes`, ...) so existing dashboards work; like istiod's
+//! exporter, counters carry no `_total` suffix. The `metrics` crate has one global recorder per
+//! process, so it is installed once and every admin server (several in one test binary) renders it.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// istiod's buckets for push/debounce timings, in seconds (`pilot/pkg/xds/monitoring.go`).
+const TIME_BUCKETS: &[f64] = &[0.01, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
+/// istiod's buckets for `pilot_proxy_convergence_time`.
+const CONVERGENCE_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
+/// istiod's buckets for `pilot_xds_config_size_bytes`.
+const SIZE_BUCKETS: &[f64] = &[1.0, 1e4, 1e6, 4e6, 1e7, 4e7];
+/// Snapshot builds are much faster than pushes; finer buckets make them readable.
+const BUILD_BUCKETS: &[f64] = &[0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
+
+/// The recorder's handle, installing the recorder on first use.
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new();
+        let recorder = buckets(builder).build_recorder();
+        let handle = recorder.handle();
+        // Another recorder may already be installed (a test harness): then render ours, empty.
+        let _ = metrics::set_global_recorder(recorder);
+        handle
+    })
+}
+
+fn buckets(b: PrometheusBuilder) -> PrometheusBuilder {
+    let set = |b: PrometheusBuilder, name: &str, buckets: &[f64]| {
+        b.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets)
+            .expect("bucket lists are constant and non-empty")
+    };
+    let b = set(b, "pilot_debounce_time", TIME_BUCKETS);
+    let b = set(b, "pilot_xds_push_time", TIME_BUCKETS);
+    let b = set(b, "pilot_proxy_convergence_time", CONVERGENCE_BUCKETS);
+    let b = set(b, "pilot_xds_config_size_bytes", SIZE_BUCKETS);
+    set(b, "tributary_snapshot_build_seconds", BUILD_BUCKETS)
+}
+
+/// The current metrics in Prometheus text format.
+pub fn render() -> String {
+    let h = handle();
+    h.run_upkeep();
+    h.render()
+}
