@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod aggregate;
 pub mod bootstrap;
+pub mod cli;
 pub mod config;
 pub mod envoy;
 pub mod snapshot;

@@ -1,0 +1,132 @@
+//! Command-line flags and subcommands.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::bootstrap::{self, BootstrapOptions};
+use crate::config::{Config, Overrides};
+
+/// tributary: a multi-registry xDS control plane for Envoy.
+///
+/// With no arguments it serves a built-in demo mesh from the mock registry (xDS gRPC on
+/// 127.0.0.1:15010, admin HTTP on 127.0.0.1:15014) and prints how to point an Envoy at it.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+pub struct Cli {
+    /// Config file (YAML): registries, listen addresses, debounce settings. Flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Serve the mesh described in this mock-registry YAML file, reloading it when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub mock_file: Option<PathBuf>,
+    /// Address of the plaintext xDS gRPC server [default: 127.0.0.1:15010].
+    #[arg(long, value_name = "ADDR")]
+    pub xds_addr: Option<SocketAddr>,
+    /// Address of the admin HTTP server (/ready, /metrics, /debug) [default: 127.0.0.1:15014].
+    #[arg(long, value_name = "ADDR")]
+    pub admin_addr: Option<SocketAddr>,
+    /// Log filter, e.g. `info` or `info,tributary::xds=debug` (RUST_LOG syntax).
+    #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
+    pub log_level: String,
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+    /// A subcommand; none runs the control plane.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print an Envoy v3 bootstrap (ADS over gRPC to tributary) to standard output.
+    ///
+    /// `tributary bootstrap --node-id demo > envoy.yaml && envoy -c envoy.yaml`
+    Bootstrap(BootstrapArgs),
+}
+
+/// Flags of `tributary bootstrap`.
+#[derive(Debug, Args)]
+pub struct BootstrapArgs {
+    /// The Envoy node id (required by tributary; unique per proxy helps /debug/syncz).
+    #[arg(long)]
+    pub node_id: String,
+    /// The Envoy node cluster.
+    #[arg(long, default_value = "tributary")]
+    pub cluster: String,
+    /// tributary's xDS address as HOST:PORT (a name is resolved by Envoy).
+    #[arg(long, default_value = crate::config::DEFAULT_XDS_ADDR)]
+    pub xds_addr: String,
+    /// Envoy's admin port on 127.0.0.1.
+    #[arg(long, default_value_t = 15000)]
+    pub admin_port: u16,
+    /// Bind this node's listeners to this address instead of 0.0.0.0 (sets node metadata
+    /// `LISTENER_ADDRESS`), so several Envoys can share one machine, e.g. 127.0.0.2.
+    #[arg(long, value_name = "IP")]
+    pub listener_address: Option<IpAddr>,
+}
+
+impl BootstrapArgs {
+    /// The bootstrap options these flags describe.
+    pub fn options(&self) -> anyhow::Result<BootstrapOptions> {
+        if self.node_id.is_empty() {
+            anyhow::bail!("--node-id must not be empty: tributary refuses proxies without one");
+        }
+        let (host, port) = self.xds_addr.rsplit_once(':').ok_or_else(|| {
+            anyhow::anyhow!("--xds-addr {:?} must be HOST:PORT", self.xds_addr)
+        })?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--xds-addr {:?}: {port:?} is not a port", self.xds_addr))?;
+        Ok(BootstrapOptions {
+            node_id: self.node_id.clone(),
+            cluster: self.cluster.clone(),
+            xds_host: host.to_string(),
+            xds_port: port,
+            admin_port: self.admin_port,
+            listener_address: self.listener_address,
+        })
+    }
+}
+
+impl Cli {
+    /// The configuration: the file if given, then the flags on top.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        config.apply_overrides(Overrides {
+            xds_addr: self.xds_addr,
+            admin_addr: self.admin_addr,
+            mock_file: self.mock_file.clone(),
+        });
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Installs the tracing subscriber.
+    pub fn init_tracing(&self) {
+        let filter = tracing_subscriber::EnvFilter::try_new(&self.log_level)
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let builder = tracing_subscriber::fmt().with_env_filter(filter);
+        if self.log_json {
+            builder.json().init();
+        } else {
+            builder.init();
+        }
+    }
+
+    /// Runs what the flags ask for.
+    pub async fn run(self) -> anyhow::Result<()> {
+        match &self.command {
+            Some(Command::Bootstrap(args)) => {
+                print!("{}", bootstrap::render(&args.options()?));
+                Ok(())
+            }
+            None => crate::runtime::run(self.config()?).await,
+        }
+    }
+}

