@@ -144,7 +144,7 @@ fn dns_cluster(
 }
 
 /// Upstream protocol options forcing HTTP/2 (h2c or h2 by transport), for HTTP2 and gRPC ports.
-fn http2_options() -> HttpProtocolOptions {
+pub(super) fn http2_options() -> HttpProtocolOptions {
     HttpProtocolOptions {
         upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
             ExplicitHttpConfig {
