@@ -12,7 +12,7 @@
 //! Every name a service loses is reported against it (REG-10, REG-12, BUG-14). The result depends
 //! only on the set of services, not on their order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::route::v3::{
@@ -85,6 +85,10 @@ fn wanted_names(m: &Member<'_>) -> Vec<(String, Claim)> {
         };
         (text, Claim::Alias)
     }));
+    // A VIP can spell a short name too (`10.0.0.1` of `10.0.0.1.nip.io`): want it once, or the
+    // service would contest its own name.
+    let mut seen = HashSet::new();
+    out.retain(|(name, _)| seen.insert(name.clone()));
     out
 }
 
