@@ -5,11 +5,28 @@
 //! named by port, listeners `0.0.0.0_<port>`. Anything Envoy would reject is caught here and
 //! reported as a [`ConfigIssue`] against the input object, never sent (INV-7, REG-12).
 
+mod cluster;
+mod endpoint;
+#[cfg(test)]
+mod fixtures;
+mod listener;
+mod naming;
+mod pb;
+mod port_plan;
 mod resource;
+mod route;
+#[cfg(test)]
+mod validate;
 
+pub use cluster::clusters_for;
+pub use endpoint::load_assignments_for;
+pub use listener::listener_for_port;
+pub use naming::cluster_name;
 pub use resource::{ContentHash, EncodedResource};
+pub use route::route_config_for_port;
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -105,11 +122,6 @@ impl fmt::Display for ConfigIssue {
     }
 }
 
-use std::net::IpAddr;
-use std::time::Duration;
-
-use crate::aggregate::MergedService;
-
 /// Knobs that change what is generated for every proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GenerateOptions {
@@ -127,41 +139,4 @@ impl Default for GenerateOptions {
             connect_timeout: Duration::from_secs(10),
         }
     }
-}
-
-/// PLACEHOLDER until src/envoy/listener.rs lands.
-pub fn listener_for_port(
-    _port: u16,
-    _services: &[&MergedService],
-    _bind: IpAddr,
-    _issues: &mut Vec<ConfigIssue>,
-) -> Option<EncodedResource> {
-    None
-}
-
-/// PLACEHOLDER until src/envoy/cluster.rs lands.
-pub fn clusters_for(
-    _svc: &MergedService,
-    _opts: &GenerateOptions,
-    _issues: &mut Vec<ConfigIssue>,
-) -> Vec<EncodedResource> {
-    Vec::new()
-}
-
-/// PLACEHOLDER until src/envoy/endpoint.rs lands.
-pub fn load_assignments_for(
-    _svc: &MergedService,
-    _opts: &GenerateOptions,
-    _issues: &mut Vec<ConfigIssue>,
-) -> Vec<EncodedResource> {
-    Vec::new()
-}
-
-/// PLACEHOLDER until src/envoy/route.rs lands.
-pub fn route_config_for_port(
-    _port: u16,
-    _services: &[&MergedService],
-    _issues: &mut Vec<ConfigIssue>,
-) -> Option<EncodedResource> {
-    None
 }

@@ -1,0 +1,77 @@
+//! Builders shared by the tests of every resource file.
+
+use std::collections::BTreeMap;
+
+use prost::Message;
+use tributary_registries::{
+    ClusterId, Endpoint, Health, Hostname, Locality, MeshLocation, Origin, Protocol, RegistryId,
+    Resolution, Service, ServicePort,
+};
+
+use super::EncodedResource;
+use crate::aggregate::MergedService;
+
+/// A service port.
+pub(crate) fn port(name: &str, port: u16, protocol: Protocol) -> ServicePort {
+    ServicePort {
+        name: name.to_string(),
+        port,
+        protocol,
+    }
+}
+
+fn origin(registry: &str) -> Origin {
+    Origin {
+        registry: RegistryId::new(registry),
+        cluster: ClusterId::new("c1"),
+    }
+}
+
+/// A healthy endpoint of weight 1 at `address`, no locality, serving every port on its number.
+pub(crate) fn ep(address: &str) -> Endpoint {
+    Endpoint {
+        address: address.to_string(),
+        ports: BTreeMap::new(),
+        labels: BTreeMap::new(),
+        locality: Locality::default(),
+        network: String::new(),
+        service_account: String::new(),
+        health: Health::Healthy,
+        weight: 1,
+        origin: origin("mock"),
+    }
+}
+
+/// A `Static`, mesh-internal service as the aggregate would hand it over.
+pub(crate) fn merged(
+    host: &str,
+    ports: Vec<ServicePort>,
+    endpoints: Vec<Endpoint>,
+) -> MergedService {
+    MergedService {
+        service: Service {
+            hostname: Hostname::new(host).expect("test hostnames are valid"),
+            ports,
+            vips: BTreeMap::new(),
+            resolution: Resolution::Static,
+            location: MeshLocation::MeshInternal,
+            labels: BTreeMap::new(),
+            service_accounts: Vec::new(),
+            origin: origin("mock"),
+        },
+        endpoints,
+        registries: vec![RegistryId::new("mock")],
+        conflicts: Vec::new(),
+    }
+}
+
+/// `merged` with another resolution.
+pub(crate) fn with_resolution(mut svc: MergedService, resolution: Resolution) -> MergedService {
+    svc.service.resolution = resolution;
+    svc
+}
+
+/// Decodes the message inside an encoded resource.
+pub(crate) fn decode<M: Message + Default>(r: &EncodedResource) -> M {
+    M::decode(r.to_any().value.as_slice()).expect("resource decodes as its own type")
+}
