@@ -8,7 +8,7 @@
 mod cluster;
 mod endpoint;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 mod listener;
 mod naming;
 mod pb;

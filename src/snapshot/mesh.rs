@@ -244,3 +244,113 @@ pub async fn run_builder(
         let _ = done.send(());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use tributary_registries::Protocol;
+
+    use super::*;
+    use crate::envoy::fixtures::{ep, merged, port};
+
+    fn host(h: &str) -> Hostname {
+        Hostname::new(h).unwrap()
+    }
+
+    fn svc(h: &str, p: u16, ips: &[&str]) -> Arc<MergedService> {
+        Arc::new(merged(
+            h,
+            vec![port("http", p, Protocol::Http)],
+            ips.iter().map(|ip| ep(ip)).collect(),
+        ))
+    }
+
+    fn names(s: &Snapshot, ty: ResourceType) -> Vec<String> {
+        s.resources(ty).entries.keys().map(|k| k.to_string()).collect()
+    }
+
+    fn touched(s: &Snapshot, ty: ResourceType) -> usize {
+        let c = s.changes_since(ty, s.seq - 1).unwrap();
+        c.changed.len() + c.removed.len()
+    }
+
+    #[test]
+    fn a_service_becomes_cluster_endpoints_listener_and_route() {
+        let mut m = MeshBuilder::new(GenerateOptions::default());
+        let s = m
+            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now())
+            .unwrap();
+        assert_eq!(names(&s, ResourceType::Cluster), ["outbound|80||a.test"]);
+        assert_eq!(names(&s, ResourceType::Endpoint), ["outbound|80||a.test"]);
+        assert_eq!(names(&s, ResourceType::Listener), ["0.0.0.0_80"]);
+        assert_eq!(names(&s, ResourceType::Route), ["80"]);
+        assert!(s.issues.is_empty());
+    }
+
+    #[test]
+    fn endpoint_only_change_touches_only_eds() {
+        // DELTA-8 / push cost follows the change: an endpoint change regenerates nothing else.
+        let mut m = MeshBuilder::new(GenerateOptions::default());
+        m.apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now());
+        m.apply(vec![(host("b.test"), Some(svc("b.test", 80, &["10.0.1.1"])))], Instant::now());
+        let s = m
+            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.2"])))], Instant::now())
+            .unwrap();
+        assert_eq!(touched(&s, ResourceType::Endpoint), 1);
+        assert_eq!(touched(&s, ResourceType::Cluster), 0);
+        assert_eq!(touched(&s, ResourceType::Listener), 0);
+        assert_eq!(touched(&s, ResourceType::Route), 0);
+        assert!(m
+            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.2"])))], Instant::now())
+            .is_none(), "identical input, no snapshot");
+    }
+
+    #[test]
+    fn moving_and_removing_services_removes_what_they_owned() {
+        let mut m = MeshBuilder::new(GenerateOptions::default());
+        m.apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now());
+        let s = m
+            .apply(vec![(host("a.test"), Some(svc("a.test", 81, &["10.0.0.1"])))], Instant::now())
+            .unwrap();
+        assert_eq!(names(&s, ResourceType::Cluster), ["outbound|81||a.test"]);
+        assert_eq!(names(&s, ResourceType::Listener), ["0.0.0.0_81"]);
+        assert_eq!(names(&s, ResourceType::Route), ["81"]);
+        let s = m.apply(vec![(host("a.test"), None)], Instant::now()).unwrap();
+        for ty in ResourceType::PUSH_ORDER {
+            assert!(s.resources(ty).is_empty(), "{ty} left behind");
+        }
+        assert!(s.services.is_empty());
+    }
+
+    #[test]
+    fn issues_appear_and_clear_with_their_input() {
+        let mut m = MeshBuilder::new(GenerateOptions::default());
+        let s = m
+            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["not-an-ip"])))], Instant::now())
+            .unwrap();
+        assert_eq!(s.issues.len(), 1, "{:?}", s.issues);
+        assert_eq!(s.issues[0].object, "a.test");
+        let s = m
+            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now())
+            .unwrap();
+        assert!(s.issues.is_empty());
+    }
+
+    #[test]
+    fn listeners_for_another_bind_address_share_names_and_change_tracking() {
+        let mut m = MeshBuilder::new(GenerateOptions::default());
+        let s = m
+            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now())
+            .unwrap();
+        let ip: IpAddr = "127.0.0.2".parse().unwrap();
+        let bound = s.resources_for(ResourceType::Listener, Some(ip));
+        let default = s.resources(ResourceType::Listener);
+        assert_eq!(bound.entries.keys().collect::<Vec<_>>(), default.entries.keys().collect::<Vec<_>>());
+        let (b, d) = (&bound.entries["0.0.0.0_80"], &default.entries["0.0.0.0_80"]);
+        assert_eq!(b.changed_seq, d.changed_seq);
+        assert_ne!(b.resource.hash, d.resource.hash, "the socket address differs");
+        assert_ne!(bound.version, default.version);
+        assert!(Arc::ptr_eq(&bound, &s.resources_for(ResourceType::Listener, Some(ip))), "built once");
+    }
+}
