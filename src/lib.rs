@@ -14,3 +14,4 @@
 pub mod aggregate;
 pub mod envoy;
 pub mod snapshot;
+pub mod xds;
