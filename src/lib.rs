@@ -18,3 +18,4 @@ pub mod cli;
 pub mod config;
 pub mod envoy;
 pub mod snapshot;
+pub mod xds;

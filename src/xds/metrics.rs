@@ -1,0 +1,131 @@
+//! The xDS server's metrics, named exactly as istiod names them so existing dashboards work.
+//!
+//! Counters carry no `_total` suffix (istiod's exporter drops it; the lead's exporter is set up the
+//! same way). Every label value comes from a closed set (resource types, fixed reasons), never from
+//! node ids or resource names.
+//!
+//! | name | kind | labels | meaning |
+//! | --- | --- | --- | --- |
+//! | `pilot_xds` | gauge | — | connected SotW streams |
+//! | `pilot_xds_pushes` | counter | `type` = `cds`… or `cds_senderr`… | responses handed to a stream |
+//! | `pilot_total_xds_rejects` | counter | `type` | NACKs received |
+//! | `pilot_xds_expired_nonce` | counter | `type` | requests ignored for a stale nonce |
+//! | `pilot_proxy_convergence_time` | histogram (s) | — | snapshot trigger → push handed over |
+//! | `pilot_xds_config_size_bytes` | histogram | `type` | encoded size of each response |
+//! | `pilot_xds_invalid_requests` | counter | `reason` | tributary's own: requests refused or ignored (unknown type URL, missing node, …) |
+
+use std::time::Duration;
+
+use crate::envoy::ResourceType;
+
+/// Why a request was refused or ignored; the `reason` label of `pilot_xds_invalid_requests`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InvalidReason {
+    /// A type URL this server does not serve (ignored, stream continues; SOTW-5).
+    UnknownType,
+    /// First request without a node or with an empty node id (SOTW-1).
+    MissingNode,
+    /// ADS request without a type URL (SOTW-4).
+    MissingTypeUrl,
+    /// Per-type service called with another type's URL (SOTW-4).
+    TypeMismatch,
+    /// A later request carried a different node (SOTW-3).
+    NodeChanged,
+    /// Node metadata too large, too deep, or with an invalid known key.
+    BadMetadata,
+    /// A resource name over the length cap, or too many names.
+    BadNames,
+    /// The request could not be decoded, or was over the size limit.
+    Malformed,
+}
+
+impl InvalidReason {
+    fn label(self) -> &'static str {
+        match self {
+            InvalidReason::UnknownType => "unknown_type",
+            InvalidReason::MissingNode => "missing_node",
+            InvalidReason::MissingTypeUrl => "missing_type_url",
+            InvalidReason::TypeMismatch => "type_mismatch",
+            InvalidReason::NodeChanged => "node_changed",
+            InvalidReason::BadMetadata => "bad_metadata",
+            InvalidReason::BadNames => "bad_names",
+            InvalidReason::Malformed => "malformed",
+        }
+    }
+}
+
+/// Registers descriptions once, so the exporter shows help text. Safe to call repeatedly.
+pub(crate) fn describe() {
+    metrics::describe_gauge!(
+        "pilot_xds",
+        "Number of endpoints connected to this pilot using XDS."
+    );
+    metrics::describe_counter!(
+        "pilot_xds_pushes",
+        "Pilot build and send errors for lds, rds, cds and eds."
+    );
+    metrics::describe_counter!(
+        "pilot_total_xds_rejects",
+        "Total number of XDS responses from pilot rejected by proxy."
+    );
+    metrics::describe_counter!(
+        "pilot_xds_expired_nonce",
+        "Total number of XDS requests with an expired nonce."
+    );
+    metrics::describe_histogram!(
+        "pilot_proxy_convergence_time",
+        metrics::Unit::Seconds,
+        "Delay in seconds between config change and a proxy receiving all required configuration."
+    );
+    metrics::describe_histogram!(
+        "pilot_xds_config_size_bytes",
+        metrics::Unit::Bytes,
+        "Distribution of configuration sizes pushed to clients"
+    );
+    metrics::describe_counter!(
+        "pilot_xds_invalid_requests",
+        "xDS requests refused or ignored by tributary, by reason (unknown_type, missing_node, ...)."
+    );
+}
+
+/// A stream connected (`+1`) or went away (`-1`).
+pub(crate) fn connected(delta: f64) {
+    metrics::gauge!("pilot_xds").increment(delta);
+}
+
+/// A response of `ty` was handed to a stream.
+pub(crate) fn pushed(ty: ResourceType, bytes: usize) {
+    metrics::counter!("pilot_xds_pushes", "type" => ty.short()).increment(1);
+    metrics::histogram!("pilot_xds_config_size_bytes", "type" => ty.short()).record(bytes as f64);
+}
+
+/// A response of `ty` could not be handed over because the stream went away.
+pub(crate) fn send_error(ty: ResourceType) {
+    let label = match ty {
+        ResourceType::Cluster => "cds_senderr",
+        ResourceType::Endpoint => "eds_senderr",
+        ResourceType::Listener => "lds_senderr",
+        ResourceType::Route => "rds_senderr",
+    };
+    metrics::counter!("pilot_xds_pushes", "type" => label).increment(1);
+}
+
+/// The client NACKed a response of `ty`.
+pub(crate) fn rejected(ty: ResourceType) {
+    metrics::counter!("pilot_total_xds_rejects", "type" => ty.short()).increment(1);
+}
+
+/// A request for `ty` carried a stale nonce and was ignored.
+pub(crate) fn expired_nonce(ty: ResourceType) {
+    metrics::counter!("pilot_xds_expired_nonce", "type" => ty.short()).increment(1);
+}
+
+/// A request was refused or ignored.
+pub(crate) fn invalid(reason: InvalidReason) {
+    metrics::counter!("pilot_xds_invalid_requests", "reason" => reason.label()).increment(1);
+}
+
+/// A push for a snapshot reached the stream `elapsed` after its trigger.
+pub(crate) fn converged(elapsed: Duration) {
+    metrics::histogram!("pilot_proxy_convergence_time").record(elapsed.as_secs_f64());
+}

@@ -1,0 +1,215 @@
+//! What the server keeps about the node at the other end of a stream, and the checks on it.
+//!
+//! Node metadata is untrusted input (SEC-12): it is bounded in size and depth before anything is
+//! kept, and the one key that selects config here, `LISTENER_ADDRESS`, must parse as an IP address.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use prost::Message;
+
+/// Metadata key through which a node chooses the address its listeners bind to (an IP string).
+pub const LISTENER_ADDRESS_KEY: &str = "LISTENER_ADDRESS";
+
+/// Largest encoded node metadata accepted. Istio sidecars send a few KB; 64 KiB leaves room for
+/// generous labels and annotations while keeping per-stream memory small (SEC-12).
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+
+/// Deepest nesting of metadata values accepted. Real metadata is 2–4 levels; anything deeper is
+/// garbage or an attempt to make debug rendering recurse (SEC-12).
+pub const MAX_METADATA_DEPTH: usize = 16;
+
+/// Longest node id / cluster accepted. Istio ids are `sidecar~ip~pod.ns~ns.svc.cluster.local`,
+/// well under this.
+pub const MAX_NODE_ID_BYTES: usize = 1024;
+
+/// Why a node was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NodeError {
+    /// The first request carried no node.
+    #[error("missing node information: the first request on a stream must carry a node")]
+    Missing,
+    /// The node id is empty.
+    #[error("missing node id: the first request on a stream must carry a node with a non-empty id")]
+    EmptyId,
+    /// The id or cluster is longer than [`MAX_NODE_ID_BYTES`].
+    #[error("node {field} is {len} bytes, over the {MAX_NODE_ID_BYTES}-byte limit")]
+    TooLong {
+        /// `id` or `cluster`.
+        field: &'static str,
+        /// Its length.
+        len: usize,
+    },
+    /// The metadata is larger than [`MAX_METADATA_BYTES`].
+    #[error("node metadata is {0} bytes encoded, over the {MAX_METADATA_BYTES}-byte limit")]
+    MetadataTooLarge(usize),
+    /// The metadata nests deeper than [`MAX_METADATA_DEPTH`].
+    #[error("node metadata nests deeper than {MAX_METADATA_DEPTH} levels")]
+    MetadataTooDeep,
+    /// `LISTENER_ADDRESS` is not an IP address string.
+    #[error("node metadata {LISTENER_ADDRESS_KEY} must be an IP address string, got {0}")]
+    BadListenerAddress(String),
+}
+
+/// The node of one stream, as given on its first request.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// `node.id`.
+    pub id: Arc<str>,
+    /// `node.cluster`.
+    pub cluster: Arc<str>,
+    /// `node.metadata`, bounded, for debug views and config dumps.
+    pub metadata: Option<Arc<Struct>>,
+    /// Where this node's listeners bind; `None` = the default `0.0.0.0`.
+    pub listener_address: Option<IpAddr>,
+}
+
+impl NodeInfo {
+    /// Validates the node of a stream's first request.
+    pub fn from_first(node: Option<&Node>) -> Result<Self, NodeError> {
+        let node = node.ok_or(NodeError::Missing)?;
+        if node.id.is_empty() {
+            return Err(NodeError::EmptyId);
+        }
+        for (field, value) in [("id", &node.id), ("cluster", &node.cluster)] {
+            if value.len() > MAX_NODE_ID_BYTES {
+                return Err(NodeError::TooLong {
+                    field,
+                    len: value.len(),
+                });
+            }
+        }
+        let listener_address = match &node.metadata {
+            Some(md) => {
+                let len = md.encoded_len();
+                if len > MAX_METADATA_BYTES {
+                    return Err(NodeError::MetadataTooLarge(len));
+                }
+                if struct_depth(md, 1) > MAX_METADATA_DEPTH {
+                    return Err(NodeError::MetadataTooDeep);
+                }
+                listener_address(md)?
+            }
+            None => None,
+        };
+        Ok(Self {
+            id: Arc::from(node.id.as_str()),
+            cluster: Arc::from(node.cluster.as_str()),
+            metadata: node.metadata.clone().map(Arc::new),
+            listener_address,
+        })
+    }
+
+    /// Whether a node sent on a later request is the same node (SOTW-3): same id, cluster and
+    /// metadata. Metadata is compared only when present, so a node resent in full by an Envoy
+    /// without `set_node_on_first_message_only` is the same node.
+    pub fn same_as(&self, node: &Node) -> bool {
+        *self.id == *node.id
+            && *self.cluster == *node.cluster
+            && match (&self.metadata, &node.metadata) {
+                (Some(a), Some(b)) => **a == *b,
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+/// Depth of the deepest value in `s`, iterating with an explicit stack (no recursion on input).
+fn struct_depth(s: &Struct, base: usize) -> usize {
+    let mut max = base;
+    let mut stack: Vec<(&Value, usize)> = s.fields.values().map(|v| (v, base + 1)).collect();
+    while let Some((v, depth)) = stack.pop() {
+        max = max.max(depth);
+        if max > MAX_METADATA_DEPTH {
+            return max;
+        }
+        match &v.kind {
+            Some(Kind::StructValue(inner)) => {
+                stack.extend(inner.fields.values().map(|v| (v, depth + 1)));
+            }
+            Some(Kind::ListValue(list)) => stack.extend(list.values.iter().map(|v| (v, depth + 1))),
+            _ => {}
+        }
+    }
+    max
+}
+
+fn listener_address(md: &Struct) -> Result<Option<IpAddr>, NodeError> {
+    let Some(value) = md.fields.get(LISTENER_ADDRESS_KEY) else {
+        return Ok(None);
+    };
+    match &value.kind {
+        Some(Kind::StringValue(s)) => match s.parse::<IpAddr>() {
+            Ok(ip) if ip.is_unspecified() && ip.is_ipv4() => Ok(None),
+            Ok(ip) => Ok(Some(ip)),
+            Err(_) => Err(NodeError::BadListenerAddress(format!("{s:.64?}"))),
+        },
+        other => Err(NodeError::BadListenerAddress(format!("{other:.64?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(md: Option<Struct>) -> Node {
+        Node {
+            id: "n".into(),
+            metadata: md,
+            ..Default::default()
+        }
+    }
+
+    fn string(s: &str) -> Value {
+        Value {
+            kind: Some(Kind::StringValue(s.into())),
+        }
+    }
+
+    #[test]
+    fn missing_and_empty_id_are_refused() {
+        assert_eq!(NodeInfo::from_first(None).unwrap_err(), NodeError::Missing);
+        let n = Node::default();
+        assert_eq!(
+            NodeInfo::from_first(Some(&n)).unwrap_err(),
+            NodeError::EmptyId
+        );
+    }
+
+    #[test]
+    fn listener_address_is_parsed_or_refused() {
+        let mut md = Struct::default();
+        md.fields
+            .insert(LISTENER_ADDRESS_KEY.into(), string("127.0.0.2"));
+        let info = NodeInfo::from_first(Some(&node(Some(md.clone())))).unwrap();
+        assert_eq!(info.listener_address, Some("127.0.0.2".parse().unwrap()));
+        md.fields
+            .insert(LISTENER_ADDRESS_KEY.into(), string("0.0.0.0"));
+        let info = NodeInfo::from_first(Some(&node(Some(md.clone())))).unwrap();
+        assert_eq!(info.listener_address, None);
+        md.fields
+            .insert(LISTENER_ADDRESS_KEY.into(), string("not-an-ip"));
+        let err = NodeInfo::from_first(Some(&node(Some(md)))).unwrap_err();
+        assert!(err.to_string().contains(LISTENER_ADDRESS_KEY));
+    }
+
+    #[test]
+    fn deep_metadata_is_refused() {
+        let mut v = string("x");
+        for _ in 0..40 {
+            let mut s = Struct::default();
+            s.fields.insert("k".into(), v);
+            v = Value {
+                kind: Some(Kind::StructValue(s)),
+            };
+        }
+        let mut md = Struct::default();
+        md.fields.insert("deep".into(), v);
+        assert_eq!(
+            NodeInfo::from_first(Some(&node(Some(md)))).unwrap_err(),
+            NodeError::MetadataTooDeep
+        );
+    }
+}

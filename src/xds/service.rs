@@ -1,0 +1,152 @@
+//! The gRPC services, as raw tower services that mount on `tonic::transport::Server` next to
+//! generated ones.
+//!
+//! Not tonic's generated server: it keeps a per-stream encode buffer as large as the largest
+//! message ever sent (`shared/reference/floor.md`). Requests are decoded with tonic's `Streaming`;
+//! responses are [`ResponseBody`]s of shared pre-encoded bytes. Delta methods answer
+//! `UNIMPLEMENTED` for now.
+
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+use tonic::codec::Streaming;
+use tonic::server::NamedService;
+use tonic::transport::server::TcpConnectInfo;
+use tracing::Instrument;
+
+use super::body::{self, ResponseBody};
+use super::connections::Connections;
+use super::stream::{self, RequestDecoder};
+use crate::envoy::ResourceType;
+use crate::snapshot::SnapshotStore;
+
+/// What every service of one server shares.
+pub(crate) struct Shared {
+    pub store: SnapshotStore,
+    pub connections: Connections,
+    pub drain: CancellationToken,
+    pub max_decoding_message_size: usize,
+}
+
+type Request = http::Request<tonic::body::Body>;
+type Response = http::Response<tonic::body::Body>;
+
+impl Shared {
+    /// Serves one call: `sotw_method` opens a SotW stream of `fixed` type (`None` = ADS).
+    fn call(&self, req: Request, sotw_method: &str, fixed: Option<ResourceType>) -> Response {
+        let method = req.uri().path().rsplit('/').next().unwrap_or_default();
+        if method != sotw_method {
+            return Status::unimplemented(format!("method {method} is not implemented"))
+                .into_http();
+        }
+        if self.drain.is_cancelled() {
+            return Status::unavailable("server is shutting down").into_http();
+        }
+        // TRANS-14: subscribe before looking at the store, so no publish is missed.
+        let snapshots = self.store.subscribe();
+        if !self.store.is_ready() {
+            // TRANS-11, BUG-9: never serve before registries have synced.
+            return Status::unavailable("server is not ready to serve discovery information")
+                .into_http();
+        }
+        let peer = req
+            .extensions()
+            .get::<TcpConnectInfo>()
+            .and_then(TcpConnectInfo::remote_addr);
+        let requests = Streaming::new_request(
+            RequestDecoder,
+            req.into_body(),
+            None,
+            Some(self.max_decoding_message_size),
+        );
+        let (writer, mut body) = body::slot();
+        let params = stream::Params {
+            store: self.store.clone(),
+            connections: self.connections.clone(),
+            drain: self.drain.clone(),
+            fixed,
+            peer,
+        };
+        let span = tracing::info_span!("xds_stream", method = sotw_method, peer = ?peer);
+        let task = tokio::spawn(stream::run(params, requests, writer, snapshots).instrument(span));
+        body.own_task(task);
+        grpc_response(body)
+    }
+}
+
+fn grpc_response(body: ResponseBody) -> Response {
+    let mut resp = http::Response::new(tonic::body::Body::new(body));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    resp
+}
+
+macro_rules! xds_service {
+    ($(#[$doc:meta])* $name:ident, $service:literal, $method:literal, $fixed:expr) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $name {
+            pub(crate) shared: Arc<Shared>,
+        }
+
+        impl NamedService for $name {
+            const NAME: &'static str = $service;
+        }
+
+        impl tower::Service<Request> for $name {
+            type Response = Response;
+            type Error = Infallible;
+            type Future = Ready<Result<Response, Infallible>>;
+
+            fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+                Poll::Ready(Ok(()))
+            }
+
+            fn call(&mut self, req: Request) -> Self::Future {
+                ready(Ok(self.shared.call(req, $method, $fixed)))
+            }
+        }
+    };
+}
+
+xds_service!(
+    /// `AggregatedDiscoveryService`: SotW ADS over one stream for every type.
+    AdsService,
+    "envoy.service.discovery.v3.AggregatedDiscoveryService",
+    "StreamAggregatedResources",
+    None
+);
+xds_service!(
+    /// `ClusterDiscoveryService/StreamClusters` (CDS only).
+    CdsService,
+    "envoy.service.cluster.v3.ClusterDiscoveryService",
+    "StreamClusters",
+    Some(ResourceType::Cluster)
+);
+xds_service!(
+    /// `EndpointDiscoveryService/StreamEndpoints` (EDS only).
+    EdsService,
+    "envoy.service.endpoint.v3.EndpointDiscoveryService",
+    "StreamEndpoints",
+    Some(ResourceType::Endpoint)
+);
+xds_service!(
+    /// `ListenerDiscoveryService/StreamListeners` (LDS only).
+    LdsService,
+    "envoy.service.listener.v3.ListenerDiscoveryService",
+    "StreamListeners",
+    Some(ResourceType::Listener)
+);
+xds_service!(
+    /// `RouteDiscoveryService/StreamRoutes` (RDS only).
+    RdsService,
+    "envoy.service.route.v3.RouteDiscoveryService",
+    "StreamRoutes",
+    Some(ResourceType::Route)
+);

@@ -1,0 +1,372 @@
+//! The SotW protocol state of one resource type on one stream: ACK/NACK bookkeeping and deciding
+//! what the next response carries.
+//!
+//! One cohesive state machine, deliberately in one file. It is pure (no I/O, no clock besides
+//! timestamps for debug) so every rule can be unit-tested; the stream task owns one per type.
+//!
+//! Memory: the subscription (a persistent set of shared names), one sent/acked record, a NACK
+//! message capped at [`MAX_ERROR_BYTES`], and the names owed to the client (`pending`, `warming`),
+//! which are bounded by the subscription. Nothing that was sent is copied.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+
+use super::connections::TypeStatus;
+use super::response::empty_cla;
+use super::subscription::{Change, Subscription};
+use crate::envoy::ResourceType;
+use crate::snapshot::{Snapshot, TypeVersion};
+
+/// Longest NACK message kept per type. Envoy's messages name the resource and the field at fault
+/// and fit easily; a client sending megabytes of error text must not grow server memory.
+pub const MAX_ERROR_BYTES: usize = 4 * 1024;
+
+/// Longest client `version_info` kept for debug views; ours are ~24 bytes.
+const MAX_CLIENT_VERSION_BYTES: usize = 128;
+
+/// How a request was classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// First request for the type on this stream (SOTW-8), whatever nonce it carries.
+    Initial,
+    /// Nonce of the last response, no error (SOTW-11).
+    Ack,
+    /// Carries `error_detail` (SOTW-12: the only NACK signal).
+    Nack,
+    /// Empty nonce after the first request: a spontaneous subscription change.
+    Update,
+    /// Nonce of an older response: ignored entirely (SOTW-9).
+    Stale,
+}
+
+#[derive(Debug, Clone)]
+struct Sent {
+    nonce: Arc<str>,
+    version: TypeVersion,
+    at: SystemTime,
+}
+
+/// What the client is owed beyond what the snapshot's changes say.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Everything subscribed (first request, wildcard switched on, admin push).
+    all: bool,
+    /// These names, even if unchanged (added names SOTW-18/19, warming SOTW-32).
+    names: BTreeSet<Arc<str>>,
+    /// Answer even if the response carries no resources.
+    respond: bool,
+}
+
+/// A response's content, ready to frame.
+#[derive(Debug)]
+pub(crate) struct Built {
+    /// The snapshot's type version (`version_info`, SOTW-7).
+    pub version: TypeVersion,
+    /// Shared `resources` entries, in name order.
+    pub entries: Vec<Bytes>,
+    /// Names carried.
+    pub names: Vec<Arc<str>>,
+    /// CDS only: the clusters this response adds or changes for the client (warming, SOTW-32).
+    pub warming: Vec<Arc<str>>,
+    /// Whether snapshot changes (not only the client's request) caused it.
+    pub change_driven: bool,
+}
+
+/// The SotW state of one type on one stream.
+#[derive(Debug)]
+pub(crate) struct TypeState {
+    ty: ResourceType,
+    sub: Subscription,
+    requested: bool,
+    sent: Option<Sent>,
+    /// `sent` before the currently staged response, restored if that response is recalled.
+    before_staged: Option<Option<Sent>>,
+    acked: Option<(Arc<str>, String)>,
+    last_error: Option<String>,
+    /// The snapshot this type's client state was last brought up to.
+    synced_seq: u64,
+    pending: Pending,
+    /// EDS only: clusters a CDS response added or changed that no EDS response has covered since.
+    warming: BTreeSet<Arc<str>>,
+}
+
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+impl TypeState {
+    pub(crate) fn new(ty: ResourceType) -> Self {
+        Self {
+            ty,
+            sub: Subscription::default(),
+            requested: false,
+            sent: None,
+            before_staged: None,
+            acked: None,
+            last_error: None,
+            synced_seq: 0,
+            pending: Pending::default(),
+            warming: BTreeSet::new(),
+        }
+    }
+
+    /// Whether a response may be sent for this type (INV-5).
+    pub(crate) fn subscribed(&self) -> bool {
+        self.requested && !self.sub.is_empty()
+    }
+
+    /// Whether the next build may produce a response, given the newest snapshot `latest_seq`.
+    pub(crate) fn has_work(&self, latest_seq: u64) -> bool {
+        self.subscribed()
+            && (self.synced_seq < latest_seq
+                || self.pending.all
+                || self.pending.respond
+                || !self.pending.names.is_empty())
+    }
+
+    /// Applies one request. `error` is `error_detail.message` when present.
+    pub(crate) fn on_request(
+        &mut self,
+        nonce: &str,
+        version_info: &str,
+        names: &[String],
+        error: Option<&str>,
+    ) -> Kind {
+        let initial = !self.requested;
+        let matches_sent = self.sent.as_ref().is_some_and(|s| *s.nonce == *nonce);
+        if !initial && !nonce.is_empty() && self.sent.is_some() && !matches_sent {
+            // SOTW-9: stale. Nothing changes; the next fresh request re-evaluates names (G-4).
+            return Kind::Stale;
+        }
+        let kind = if let Some(message) = error {
+            // SOTW-12/13/15: record, never resend or roll back because of it.
+            self.last_error = Some(bounded(message, MAX_ERROR_BYTES));
+            Kind::Nack
+        } else if initial {
+            Kind::Initial
+        } else if matches_sent {
+            self.acked = Some((
+                Arc::from(nonce),
+                bounded(version_info, MAX_CLIENT_VERSION_BYTES),
+            ));
+            self.last_error = None;
+            Kind::Ack
+        } else {
+            Kind::Update
+        };
+        self.requested = true;
+        let change = self.sub.apply_sotw(self.ty, names);
+        if self.sub.is_empty() {
+            // SOTW-20/35: nothing owed any more.
+            self.pending = Pending::default();
+            self.warming.clear();
+            return kind;
+        }
+        if initial {
+            self.pending.all = true;
+            self.pending.respond = true;
+        } else {
+            self.owe(&change);
+        }
+        if self.ty == ResourceType::Endpoint && !self.warming.is_empty() {
+            // SOTW-32: the first EDS request after a CDS response is answered, even if it looks
+            // like an ACK, for the clusters that response added or changed.
+            let warming = std::mem::take(&mut self.warming);
+            for name in warming.into_iter().filter(|n| self.sub.covers(n)) {
+                self.pending.names.insert(name);
+                self.pending.respond = true;
+            }
+        }
+        kind
+    }
+
+    fn owe(&mut self, change: &Change) {
+        if change.wildcard_on {
+            self.pending.all = true;
+            self.pending.respond = true;
+        }
+        if !change.added.is_empty() {
+            // SOTW-18/19: added names are sent even if unchanged or sent before.
+            self.pending.names.extend(change.added.iter().cloned());
+            self.pending.respond = true;
+        }
+        if self.ty.full_state_in_sotw() && change.any() {
+            // SOTW-24: a full-state type answers every subscription change with the full set.
+            self.pending.respond = true;
+        }
+        for name in &change.removed {
+            self.pending.names.remove(name);
+        }
+    }
+
+    /// Owes the client everything it subscribes to (admin push).
+    pub(crate) fn force_all(&mut self) {
+        if self.subscribed() {
+            self.pending.all = true;
+            self.pending.respond = true;
+        }
+    }
+
+    /// CDS sent `clusters` as added or changed: owe their EDS on the next EDS request (SOTW-32).
+    pub(crate) fn note_warming(&mut self, clusters: &[Arc<str>]) {
+        if !self.subscribed() {
+            // The first EDS request will be answered in full anyway.
+            return;
+        }
+        for c in clusters {
+            if self.sub.covers(c) {
+                self.warming.insert(Arc::clone(c));
+            }
+        }
+    }
+
+    /// Computes the next response from `snap`, consuming what was owed, and marks the state as
+    /// brought up to `snap`. `None` when there is nothing to send (SOTW-28).
+    pub(crate) fn build(&mut self, snap: &Snapshot, bind: Option<IpAddr>) -> Option<Built> {
+        let since = self.synced_seq;
+        let pending = std::mem::take(&mut self.pending);
+        self.synced_seq = self.synced_seq.max(snap.seq);
+        if !self.subscribed() {
+            return None;
+        }
+        let res = snap.resources_for(self.ty, bind);
+        let mut built = Built {
+            version: res.version,
+            entries: Vec::new(),
+            names: Vec::new(),
+            warming: Vec::new(),
+            change_driven: false,
+        };
+        if self.ty.full_state_in_sotw() {
+            let changed = since < snap.seq
+                && if self.sub.wildcard {
+                    self.sent.as_ref().is_none_or(|s| s.version != res.version)
+                } else {
+                    match snap.changes_since(self.ty, since) {
+                        Some(c) => c
+                            .changed
+                            .iter()
+                            .chain(c.removed.iter())
+                            .any(|n| self.sub.names.contains(n)),
+                        // History too short: resend the (named) set once rather than track more.
+                        None => true,
+                    }
+                };
+            if !(changed || pending.all || pending.respond || !pending.names.is_empty()) {
+                return None;
+            }
+            built.change_driven = changed;
+            let mut push = |name: &Arc<str>, e: &crate::snapshot::Entry| {
+                if pending.all || e.changed_seq > since || pending.names.contains(name) {
+                    built.warming.push(Arc::clone(name));
+                }
+                built.entries.push(e.resource.sotw_entry().clone());
+                built.names.push(Arc::clone(name));
+            };
+            if self.sub.wildcard {
+                for (name, e) in &res.entries {
+                    push(name, e);
+                }
+            } else {
+                for name in &self.sub.names {
+                    if let Some(e) = res.get(name) {
+                        push(name, e);
+                    }
+                }
+            }
+            return Some(built);
+        }
+        // EDS / RDS: only what changed or is owed (SOTW-26).
+        let mut forced: BTreeSet<Arc<str>> = BTreeSet::new();
+        let mut changed: BTreeSet<Arc<str>> = BTreeSet::new();
+        if pending.all {
+            if self.sub.wildcard {
+                changed.extend(res.entries.keys().cloned());
+            }
+            forced.extend(self.sub.names.iter().cloned());
+        } else if since < snap.seq {
+            match snap.changes_since(self.ty, since) {
+                Some(c) => changed.extend(c.changed.into_iter().filter(|n| self.sub.covers(n))),
+                None if self.sub.wildcard => changed.extend(
+                    res.entries
+                        .iter()
+                        .filter(|(_, e)| e.changed_seq > since)
+                        .map(|(n, _)| Arc::clone(n)),
+                ),
+                None => changed.extend(
+                    self.sub
+                        .names
+                        .iter()
+                        .filter(|n| res.get(n).is_some_and(|e| e.changed_seq > since))
+                        .cloned(),
+                ),
+            }
+        }
+        built.change_driven = !changed.is_empty();
+        forced.extend(pending.names.into_iter().filter(|n| self.sub.covers(n)));
+        for name in forced.iter().chain(changed.difference(&forced)) {
+            match res.get(name) {
+                Some(e) => built.entries.push(e.resource.sotw_entry().clone()),
+                // SOTW-27, BUG-3, G-6: an unknown cluster gets an empty CLA at once.
+                None if self.ty == ResourceType::Endpoint && forced.contains(name) => {
+                    built.entries.push(empty_cla(name).sotw_entry().clone())
+                }
+                // Unknown route names are remembered (they stay subscribed) and sent on creation.
+                None => continue,
+            }
+            built.names.push(Arc::clone(name));
+        }
+        if built.entries.is_empty() && !pending.respond {
+            return None;
+        }
+        Some(built)
+    }
+
+    /// Records that a response with `nonce` and `version` was handed to the body (SOTW-10).
+    pub(crate) fn sent(&mut self, nonce: Arc<str>, version: TypeVersion, names: &[Arc<str>]) {
+        self.before_staged = Some(self.sent.take());
+        self.sent = Some(Sent {
+            nonce,
+            version,
+            at: SystemTime::now(),
+        });
+        if self.ty == ResourceType::Endpoint {
+            for n in names {
+                self.warming.remove(n);
+            }
+        }
+    }
+
+    /// The staged response was recalled before the body took it: it was never sent.
+    pub(crate) fn recalled(&mut self) {
+        if let Some(before) = self.before_staged.take() {
+            self.sent = before;
+        }
+    }
+
+    /// The debug view of this type.
+    pub(crate) fn status(&self) -> TypeStatus {
+        TypeStatus {
+            requested: self.requested,
+            wildcard: self.sub.wildcard,
+            names: self.sub.names.clone(),
+            sent_nonce: self.sent.as_ref().map(|s| Arc::clone(&s.nonce)),
+            sent_version: self.sent.as_ref().map(|s| s.version.to_string()),
+            sent_at: self.sent.as_ref().map(|s| s.at),
+            acked_nonce: self.acked.as_ref().map(|a| Arc::clone(&a.0)),
+            acked_version: self.acked.as_ref().map(|a| a.1.clone()),
+            last_error: self.last_error.clone(),
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! One SotW stream: the single task that reads its requests and writes its responses (TRANS-15).
+//!
+//! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
+//! never queued behind pushes, SOTW-36); room in the body's one-response slot when something is
+//! owed; snapshot wake-ups; admin push requests. Responses are built only when the body has room,
+//! from the newest snapshot (latest wins, TRANS-1), and one push walks CDS → EDS → LDS → RDS from a
+//! single pinned snapshot before moving on (SOTW-30/31). No lock is held across an await and nothing
+//! shared is locked while a response is handed over.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use prost::Message;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::codec::{DecodeBuf, Decoder, Streaming};
+use tonic::{Code, Status};
+
+use super::body::{BodyGone, SlotWriter};
+use super::connections::{Connections, Registration};
+use super::metrics::{self, InvalidReason};
+use super::node::NodeInfo;
+use super::response;
+use super::state::{Kind, TypeState};
+use crate::envoy::ResourceType;
+use crate::snapshot::{Snapshot, SnapshotStore};
+
+/// Longest resource name accepted. Istio-style names (`outbound|port|subset|hostname`) stay under
+/// 300 bytes; hostnames are at most 253. Anything longer is garbage (SEC-12).
+pub const MAX_NAME_BYTES: usize = 2048;
+
+/// Most resource names accepted in one request. A large mesh (20k clusters, TRANS-6) stays well
+/// under this; more is garbage and would only cost memory.
+pub const MAX_NAMES_PER_REQUEST: usize = 200_000;
+
+/// How many unknown-type requests per stream are logged; the rest are only counted (SOTW-5).
+const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
+
+/// Decodes requests, reporting malformed ones as the client's fault (TRANS-10), not `INTERNAL`.
+pub(crate) struct RequestDecoder;
+
+impl Decoder for RequestDecoder {
+    type Item = DiscoveryRequest;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DiscoveryRequest>, Status> {
+        DiscoveryRequest::decode(src).map(Some).map_err(|e| {
+            metrics::invalid(InvalidReason::Malformed);
+            Status::invalid_argument(format!("malformed DiscoveryRequest: {e}"))
+        })
+    }
+}
+
+/// Everything a stream needs from the server.
+pub(crate) struct Params {
+    pub store: SnapshotStore,
+    pub connections: Connections,
+    pub drain: CancellationToken,
+    /// The type a per-type service serves; `None` for ADS.
+    pub fixed: Option<ResourceType>,
+    pub peer: Option<SocketAddr>,
+}
+
+/// Runs one stream to its end. Aborted (and cleaned up by drop guards) if the body goes away.
+pub(crate) async fn run(
+    params: Params,
+    mut requests: Streaming<DiscoveryRequest>,
+    writer: SlotWriter,
+    snapshots: watch::Receiver<u64>,
+) {
+    let first = tokio::select! {
+        biased;
+        () = params.drain.cancelled() => Err(Status::unavailable("server is shutting down")),
+        msg = requests.message() => match msg {
+            Ok(Some(req)) => Ok(req),
+            Ok(None) => Err(Status::ok("")),
+            Err(status) => Err(client_fault(status)),
+        },
+        () = writer.gone() => return,
+    };
+    let first = match first {
+        Ok(req) => req,
+        Err(status) => return writer.finish(status),
+    };
+    let node = match NodeInfo::from_first(first.node.as_ref()) {
+        Ok(node) => node,
+        Err(e) => {
+            metrics::invalid(match e {
+                super::node::NodeError::Missing | super::node::NodeError::EmptyId => {
+                    InvalidReason::MissingNode
+                }
+                _ => InvalidReason::BadMetadata,
+            });
+            tracing::info!(error = %e, peer = ?params.peer, "refusing xDS stream");
+            return writer.finish(Status::invalid_argument(e.to_string()));
+        }
+    };
+    let registration = params.connections.register(&node, params.peer);
+    tracing::debug!(conn = %registration.id(), "xDS stream connected");
+    let mut stream = Stream {
+        latest_seq: *snapshots.borrow(),
+        params,
+        node,
+        nonce_prefix: format!("{:x}", registration.serial()),
+        registration,
+        types: ResourceType::PUSH_ORDER.map(TypeState::new),
+        writer,
+        cycle: None,
+        unconverged: None,
+        nonces: 0,
+        unknown_types: 0,
+    };
+    let status = stream.serve(first, requests, snapshots).await;
+    if let Some(status) = status {
+        tracing::debug!(conn = %stream.registration.id(), code = ?status.code(), "xDS stream ended");
+        stream.writer.finish(status);
+    }
+}
+
+/// The tonic status for a request-stream error: limits are RESOURCE_EXHAUSTED and decoding faults
+/// INVALID_ARGUMENT (TRANS-10); transport errors pass through.
+fn client_fault(status: Status) -> Status {
+    match status.code() {
+        Code::OutOfRange => {
+            metrics::invalid(InvalidReason::Malformed);
+            Status::resource_exhausted(status.message().to_owned())
+        }
+        Code::Internal => Status::invalid_argument(status.message().to_owned()),
+        _ => status,
+    }
+}
+
+struct Stream {
+    params: Params,
+    node: NodeInfo,
+    registration: Registration,
+    nonce_prefix: String,
+    types: [TypeState; 4],
+    writer: SlotWriter,
+    /// The snapshot the current push walks through (SOTW-31); `None` between pushes.
+    cycle: Option<Arc<Snapshot>>,
+    /// Trigger time of a snapshot whose push started but whose convergence is not recorded yet.
+    unconverged: Option<Instant>,
+    latest_seq: u64,
+    nonces: u64,
+    unknown_types: u32,
+}
+
+impl Stream {
+    /// Serves until the stream ends; returns the status to end it with (`None`: the body is gone).
+    async fn serve(
+        &mut self,
+        first: DiscoveryRequest,
+        mut requests: Streaming<DiscoveryRequest>,
+        mut snapshots: watch::Receiver<u64>,
+    ) -> Option<Status> {
+        if let Err(status) = self.on_request(first) {
+            return Some(status);
+        }
+        let force_push = self.registration.force_push();
+        let drain = self.params.drain.clone();
+        loop {
+            let want = self.types.iter().any(|t| t.has_work(self.latest_seq));
+            tokio::select! {
+                biased;
+                () = drain.cancelled() => return Some(Status::unavailable("server is shutting down")),
+                msg = requests.message() => match msg {
+                    Ok(Some(req)) => if let Err(status) = self.on_request(req) {
+                        return Some(status);
+                    },
+                    Ok(None) => return Some(Status::ok("")),
+                    Err(status) => return Some(client_fault(status)),
+                },
+                room = self.writer.room(), if want => {
+                    if room.is_err() || self.push_one().is_err() {
+                        return None;
+                    }
+                }
+                changed = snapshots.changed() => match changed {
+                    Ok(()) => self.latest_seq = *snapshots.borrow_and_update(),
+                    Err(_) => return Some(Status::unavailable("server is shutting down")),
+                },
+                () = force_push.notified() => {
+                    for t in &mut self.types {
+                        t.force_all();
+                    }
+                }
+                () = self.writer.gone() => return None,
+            }
+        }
+    }
+
+    fn refuse(reason: InvalidReason, message: String) -> Status {
+        metrics::invalid(reason);
+        Status::invalid_argument(message)
+    }
+
+    fn on_request(&mut self, req: DiscoveryRequest) -> Result<(), Status> {
+        if let Some(node) = &req.node
+            && !self.node.same_as(node)
+        {
+            // SOTW-3: never re-scope a stream to another node.
+            return Err(Self::refuse(
+                InvalidReason::NodeChanged,
+                format!(
+                    "node changed mid-stream (was {:?}, now {:.256?}); open a new stream",
+                    &*self.node.id, node.id
+                ),
+            ));
+        }
+        let ty = match (self.params.fixed, req.type_url.as_str()) {
+            (Some(t), "") => t,
+            (Some(t), url) if url == t.type_url() => t,
+            (Some(t), url) => {
+                return Err(Self::refuse(
+                    InvalidReason::TypeMismatch,
+                    format!(
+                        "this service serves {} only, got type_url {url:.256}",
+                        t.type_url()
+                    ),
+                ));
+            }
+            (None, "") => {
+                return Err(Self::refuse(
+                    InvalidReason::MissingTypeUrl,
+                    "type_url is required for ADS".to_owned(),
+                ));
+            }
+            (None, url) => match ResourceType::from_type_url(url) {
+                Some(t) => t,
+                None => {
+                    // SOTW-5: ignore, count, keep the stream and the other types going.
+                    metrics::invalid(InvalidReason::UnknownType);
+                    self.unknown_types = self.unknown_types.saturating_add(1);
+                    if self.unknown_types <= UNKNOWN_TYPE_LOG_LIMIT {
+                        tracing::info!(conn = %self.registration.id(), type_url = %format!("{url:.256}"), "ignoring request for unknown type");
+                    }
+                    return Ok(());
+                }
+            },
+        };
+        if req.resource_names.len() > MAX_NAMES_PER_REQUEST {
+            return Err(Self::refuse(
+                InvalidReason::BadNames,
+                format!(
+                    "{} resource names in one request, over the limit of {MAX_NAMES_PER_REQUEST}",
+                    req.resource_names.len()
+                ),
+            ));
+        }
+        if let Some(long) = req.resource_names.iter().find(|n| n.len() > MAX_NAME_BYTES) {
+            return Err(Self::refuse(
+                InvalidReason::BadNames,
+                format!(
+                    "resource name of {} bytes is over the {MAX_NAME_BYTES}-byte limit (starts {:.64?})",
+                    long.len(),
+                    long
+                ),
+            ));
+        }
+        let error = req.error_detail.as_ref().map(|e| e.message.as_str());
+        let state = &mut self.types[ty.index()];
+        let kind = state.on_request(
+            &req.response_nonce,
+            &req.version_info,
+            &req.resource_names,
+            error,
+        );
+        match kind {
+            Kind::Stale => metrics::expired_nonce(ty),
+            Kind::Nack => {
+                metrics::rejected(ty);
+                tracing::info!(conn = %self.registration.id(), r#type = %ty, error = error.unwrap_or_default(), "NACK");
+            }
+            Kind::Initial | Kind::Ack | Kind::Update => {}
+        }
+        if !state.subscribed() && self.writer.recall(ty) {
+            // SOTW-35: the staged response is for a type the client no longer wants.
+            state.recalled();
+        }
+        self.registration.update(ty, state.status());
+        Ok(())
+    }
+
+    fn next_nonce(&mut self) -> Arc<str> {
+        self.nonces += 1;
+        Arc::from(format!("{}-{:x}", self.nonce_prefix, self.nonces))
+    }
+
+    /// Stages the next owed response, walking the pinned snapshot in push order.
+    fn push_one(&mut self) -> Result<(), BodyGone> {
+        loop {
+            let snap = match &self.cycle {
+                Some(s) => Arc::clone(s),
+                None => match self.params.store.load() {
+                    Some(s) => {
+                        self.cycle = Some(Arc::clone(&s));
+                        s
+                    }
+                    None => return Ok(()),
+                },
+            };
+            self.latest_seq = self.latest_seq.max(snap.seq);
+            for ty in ResourceType::PUSH_ORDER {
+                if !self.types[ty.index()].has_work(snap.seq) {
+                    continue;
+                }
+                let Some(built) = self.types[ty.index()].build(&snap, self.node.listener_address)
+                else {
+                    continue;
+                };
+                let nonce = self.next_nonce();
+                let version = built.version.to_string();
+                let (framed, len) = match response::frame(ty, &version, &nonce, built.entries) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::error!(conn = %self.registration.id(), error = %e, "cannot send response");
+                        continue;
+                    }
+                };
+                if self.writer.stage(framed).is_err() {
+                    metrics::send_error(ty);
+                    return Err(BodyGone);
+                }
+                let state = &mut self.types[ty.index()];
+                state.sent(nonce, built.version, &built.names);
+                metrics::pushed(ty, len);
+                self.registration.update(ty, state.status());
+                if ty == ResourceType::Cluster {
+                    self.types[ResourceType::Endpoint.index()].note_warming(&built.warming);
+                }
+                if built.change_driven {
+                    self.unconverged.get_or_insert(snap.triggered_at);
+                }
+                let more = ResourceType::PUSH_ORDER[ty.index() + 1..]
+                    .iter()
+                    .any(|t| self.types[t.index()].has_work(snap.seq));
+                if !more && let Some(t) = self.unconverged.take() {
+                    metrics::converged(t.elapsed());
+                }
+                return Ok(());
+            }
+            // This push is complete.
+            self.cycle = None;
+            if let Some(t) = self.unconverged.take() {
+                metrics::converged(t.elapsed());
+            }
+            match self.params.store.load() {
+                Some(newer) if newer.seq > snap.seq => continue,
+                _ => return Ok(()),
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! What a client subscribed to, for one resource type, and how a SotW request changes it.
+//!
+//! Kept apart from the SotW ACK/NACK machinery ([`super::state`]) so the delta server can reuse the
+//! same subscription model (wildcard flag + explicit names).
+
+use std::sync::Arc;
+
+use imbl::OrdSet;
+
+use crate::envoy::ResourceType;
+
+/// The explicit wildcard name (SOTW-21).
+pub const WILDCARD: &str = "*";
+
+/// The resources a client wants of one type.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Subscription {
+    /// Whether the client wants every resource of the type (explicit `"*"` or legacy empty list).
+    pub wildcard: bool,
+    /// Names asked for explicitly (never contains `"*"`). A persistent set, so debug views take a
+    /// copy in O(1).
+    pub names: OrdSet<Arc<str>>,
+    /// Whether the client ever sent a non-empty name list on this stream: from then on an empty
+    /// list means "nothing", never the legacy wildcard (SOTW-21 step 4).
+    explicit_seen: bool,
+}
+
+/// How one request changed a [`Subscription`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Change {
+    /// Names newly asked for.
+    pub added: Vec<Arc<str>>,
+    /// Names no longer asked for.
+    pub removed: Vec<Arc<str>>,
+    /// The wildcard was switched on.
+    pub wildcard_on: bool,
+    /// The wildcard was switched off.
+    pub wildcard_off: bool,
+}
+
+impl Change {
+    /// Whether the subscription changed at all.
+    pub fn any(&self) -> bool {
+        !self.added.is_empty() || !self.removed.is_empty() || self.wildcard_on || self.wildcard_off
+    }
+}
+
+impl Subscription {
+    /// Whether nothing is subscribed: no response may be sent for the type (INV-5).
+    pub fn is_empty(&self) -> bool {
+        !self.wildcard && self.names.is_empty()
+    }
+
+    /// Whether `name` is wanted.
+    pub fn covers(&self, name: &str) -> bool {
+        self.wildcard || self.names.contains(name)
+    }
+
+    /// Replaces the subscription with the SotW request's `resource_names` (SOTW-20/21/22, G-3):
+    /// - `"*"` anywhere means wildcard, plus any other names explicitly;
+    /// - an empty list is the legacy wildcard only for types with [`ResourceType::legacy_wildcard`]
+    ///   (LDS, CDS) and only while the client has never sent a non-empty list;
+    /// - otherwise an empty list unsubscribes from everything.
+    pub fn apply_sotw(&mut self, ty: ResourceType, requested: &[String]) -> Change {
+        let (wildcard, names) = if requested.is_empty() {
+            (ty.legacy_wildcard() && !self.explicit_seen, OrdSet::new())
+        } else {
+            self.explicit_seen = true;
+            let mut names = OrdSet::new();
+            let mut wildcard = false;
+            for n in requested {
+                if n == WILDCARD {
+                    wildcard = true;
+                } else {
+                    // reuse the existing Arc when the name is already subscribed
+                    let name = self
+                        .names
+                        .get(n.as_str())
+                        .cloned()
+                        .unwrap_or_else(|| Arc::from(n.as_str()));
+                    names.insert(name);
+                }
+            }
+            (wildcard, names)
+        };
+        let change = Change {
+            added: names
+                .clone()
+                .relative_complement(self.names.clone())
+                .into_iter()
+                .collect(),
+            removed: self
+                .names
+                .clone()
+                .relative_complement(names.clone())
+                .into_iter()
+                .collect(),
+            wildcard_on: wildcard && !self.wildcard,
+            wildcard_off: !wildcard && self.wildcard,
+        };
+        self.wildcard = wildcard;
+        self.names = names;
+        change
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn names(s: &Subscription) -> Vec<&str> {
+        s.names.iter().map(|n| &**n).collect()
+    }
+
+    #[test]
+    fn spec_four_step_wildcard_sequence_on_cds() {
+        // SOTW-21
+        let mut s = Subscription::default();
+        let ty = ResourceType::Cluster;
+        s.apply_sotw(ty, &req(&[]));
+        assert!(s.wildcard && s.names.is_empty());
+        let c = s.apply_sotw(ty, &req(&["*", "A"]));
+        assert!(s.wildcard);
+        assert_eq!(names(&s), ["A"]);
+        assert_eq!(c.added, vec![Arc::<str>::from("A")]);
+        let c = s.apply_sotw(ty, &req(&["A"]));
+        assert!(!s.wildcard && c.wildcard_off);
+        assert_eq!(names(&s), ["A"]);
+        s.apply_sotw(ty, &req(&[]));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn explicit_wildcard_then_empty_unsubscribes() {
+        // SOTW-21
+        let mut s = Subscription::default();
+        let ty = ResourceType::Listener;
+        s.apply_sotw(ty, &req(&["*"]));
+        assert!(s.wildcard);
+        s.apply_sotw(ty, &req(&[]));
+        assert!(s.is_empty());
+        assert!(s.apply_sotw(ty, &req(&["*"])).wildcard_on);
+    }
+
+    #[test]
+    fn empty_is_never_wildcard_for_eds_and_rds() {
+        // SOTW-22, G-3
+        for ty in [ResourceType::Endpoint, ResourceType::Route] {
+            let mut s = Subscription::default();
+            s.apply_sotw(ty, &req(&[]));
+            assert!(s.is_empty());
+        }
+    }
+
+    #[test]
+    fn duplicates_collapse_and_changes_are_reported() {
+        let mut s = Subscription::default();
+        let ty = ResourceType::Endpoint;
+        s.apply_sotw(ty, &req(&["a", "b", "a"]));
+        assert_eq!(names(&s), ["a", "b"]);
+        let c = s.apply_sotw(ty, &req(&["b", "c"]));
+        assert_eq!(c.added, vec![Arc::<str>::from("c")]);
+        assert_eq!(c.removed, vec![Arc::<str>::from("a")]);
+    }
+}

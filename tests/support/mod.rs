@@ -1,0 +1,372 @@
+//! H-RAW: an in-process xDS server on `127.0.0.1:0`, hand-made Envoy resources published through a
+//! `SnapshotStore`, and a scripted raw gRPC client that checks INV-1/2/3/5 on every response.
+
+#![allow(dead_code)]
+
+pub mod recorder;
+pub mod resources;
+
+use std::collections::{BTreeSet, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::cluster::v3::cluster_discovery_service_client::ClusterDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_client::EndpointDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::listener::v3::listener_discovery_service_client::ListenerDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::route::v3::route_discovery_service_client::RouteDiscoveryServiceClient;
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Code, Status, Streaming};
+use tributary::envoy::{EncodedResource, ResourceType};
+use tributary::snapshot::{BuildInput, SnapshotBuilder, SnapshotStore};
+use tributary::xds::{Subscription, XdsOptions, XdsServer};
+
+pub use ResourceType::{Cluster as CDS, Endpoint as EDS, Listener as LDS, Route as RDS};
+
+/// How long `expect_response` waits by default: generous for a loaded CI box, but only paid when a
+/// test is about to fail.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `expect_no_response` listens: long enough for a loopback push to arrive, short enough
+/// that the suite stays fast.
+pub const QUIET: Duration = Duration::from_millis(300);
+
+/// The server under test and the snapshot builder feeding it.
+pub struct TestServer {
+    pub store: SnapshotStore,
+    pub xds: XdsServer,
+    pub addr: SocketAddr,
+    builder: Mutex<SnapshotBuilder>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TestServer {
+    /// A server with an initial snapshot of `resources` published (ready).
+    pub async fn start(resources: Vec<EncodedResource>) -> Self {
+        let s = Self::start_unready().await;
+        s.publish(resources, vec![]);
+        s
+    }
+
+    /// A server whose store has no snapshot yet (registries not synced).
+    pub async fn start_unready() -> Self {
+        Self::start_with(XdsOptions::default()).await
+    }
+
+    pub async fn start_with(options: XdsOptions) -> Self {
+        recorder::install();
+        let store = SnapshotStore::new();
+        let xds = XdsServer::new(store.clone(), options);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let router = xds.router(&mut tonic::transport::Server::builder());
+        let task = tokio::spawn(async move {
+            router.serve_with_incoming(incoming).await.unwrap();
+        });
+        Self {
+            store,
+            xds,
+            addr,
+            builder: Mutex::new(SnapshotBuilder::new()),
+            task,
+        }
+    }
+
+    /// Builds and publishes the next snapshot. Returns its seq, or `None` if nothing changed.
+    pub fn publish(
+        &self,
+        upserts: Vec<EncodedResource>,
+        removes: Vec<(ResourceType, &str)>,
+    ) -> Option<u64> {
+        let input = BuildInput {
+            upserts,
+            removes: removes
+                .into_iter()
+                .map(|(t, n)| (t, Arc::from(n)))
+                .collect(),
+            ..Default::default()
+        };
+        let snap = self.builder.lock().unwrap().build(input)?;
+        let seq = snap.seq;
+        self.store.publish(snap);
+        Some(seq)
+    }
+
+    pub fn version(&self, ty: ResourceType) -> String {
+        self.store.load().unwrap().resources(ty).version.to_string()
+    }
+
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// An ADS client with node id `node`.
+    pub async fn ads(&self, node: &str) -> XdsClient {
+        self.try_ads(node).await.expect("ADS stream opens")
+    }
+
+    pub async fn try_ads(&self, node: &str) -> Result<XdsClient, Status> {
+        let (tx, rx) = mpsc::channel(64);
+        let mut client = AggregatedDiscoveryServiceClient::new(self.channel().await)
+            .max_decoding_message_size(64 * 1024 * 1024);
+        let resp = client
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await?;
+        Ok(XdsClient::new(node, tx, resp.into_inner(), None))
+    }
+
+    /// A client of the per-type service for `ty` (not ADS).
+    pub async fn per_type(&self, ty: ResourceType, node: &str) -> Result<XdsClient, Status> {
+        let (tx, rx) = mpsc::channel(64);
+        let ch = self.channel().await;
+        let rx = ReceiverStream::new(rx);
+        let stream = match ty {
+            CDS => {
+                ClusterDiscoveryServiceClient::new(ch)
+                    .stream_clusters(rx)
+                    .await?
+            }
+            EDS => {
+                EndpointDiscoveryServiceClient::new(ch)
+                    .stream_endpoints(rx)
+                    .await?
+            }
+            LDS => {
+                ListenerDiscoveryServiceClient::new(ch)
+                    .stream_listeners(rx)
+                    .await?
+            }
+            RDS => {
+                RouteDiscoveryServiceClient::new(ch)
+                    .stream_routes(rx)
+                    .await?
+            }
+        };
+        Ok(XdsClient::new(node, tx, stream.into_inner(), Some(ty)))
+    }
+
+    /// Waits until the connection registry has `n` entries.
+    pub async fn wait_connections(&self, n: usize) {
+        let conns = self.xds.connections();
+        for _ in 0..200 {
+            if conns.len() == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("expected {n} connections, have {}", conns.len());
+    }
+}
+
+/// A scripted xDS client. Every response it receives is checked for INV-1, INV-2, INV-3, INV-5.
+pub struct XdsClient {
+    pub node: Node,
+    tx: mpsc::Sender<DiscoveryRequest>,
+    rx: Streaming<DiscoveryResponse>,
+    /// Per-type service: the implied type.
+    fixed: Option<ResourceType>,
+    nonces: HashSet<String>,
+    /// The client's own view of its subscriptions, to check INV-5.
+    subs: [Subscription; 4],
+    requested: [bool; 4],
+    /// Whether the node was sent already.
+    node_sent: bool,
+}
+
+impl XdsClient {
+    fn new(
+        node: &str,
+        tx: mpsc::Sender<DiscoveryRequest>,
+        rx: Streaming<DiscoveryResponse>,
+        fixed: Option<ResourceType>,
+    ) -> Self {
+        Self {
+            node: Node {
+                id: node.into(),
+                cluster: "test".into(),
+                ..Default::default()
+            },
+            tx,
+            rx,
+            fixed,
+            nonces: HashSet::new(),
+            subs: Default::default(),
+            requested: [false; 4],
+            node_sent: false,
+        }
+    }
+
+    /// Sends a raw request as is (no bookkeeping of node or subscription).
+    pub async fn send_raw(&mut self, req: DiscoveryRequest) {
+        if let Some(ty) = ResourceType::from_type_url(&req.type_url).or(self.fixed) {
+            self.subs[ty.index()].apply_sotw(ty, &req.resource_names);
+            self.requested[ty.index()] = true;
+        }
+        self.tx.send(req).await.expect("request stream open");
+    }
+
+    /// Sends a request for `ty` with `names`, acknowledging `nonce`/`version`. The node goes on the
+    /// first request only (as Envoy with `set_node_on_first_message_only`).
+    pub async fn request(&mut self, ty: ResourceType, names: &[&str], version: &str, nonce: &str) {
+        let node = (!self.node_sent).then(|| self.node.clone());
+        self.node_sent = true;
+        let req = DiscoveryRequest {
+            version_info: version.into(),
+            node,
+            resource_names: names.iter().map(|s| s.to_string()).collect(),
+            type_url: ty.type_url().into(),
+            response_nonce: nonce.into(),
+            error_detail: None,
+            ..Default::default()
+        };
+        self.send_raw(req).await;
+    }
+
+    /// A first-time subscription (empty version and nonce).
+    pub async fn subscribe(&mut self, ty: ResourceType, names: &[&str]) {
+        self.request(ty, names, "", "").await;
+    }
+
+    /// ACKs `resp`, keeping (or changing to) `names`.
+    pub async fn ack(&mut self, resp: &DiscoveryResponse, names: &[&str]) {
+        let ty = ResourceType::from_type_url(&resp.type_url).unwrap();
+        self.request(ty, names, &resp.version_info, &resp.nonce)
+            .await;
+    }
+
+    /// NACKs `resp` with `message`, asking for `names`. `version` is the last applied version.
+    pub async fn nack(
+        &mut self,
+        resp: &DiscoveryResponse,
+        names: &[&str],
+        version: &str,
+        message: &str,
+    ) {
+        let ty = ResourceType::from_type_url(&resp.type_url).unwrap();
+        let req = DiscoveryRequest {
+            version_info: version.into(),
+            node: None,
+            resource_names: names.iter().map(|s| s.to_string()).collect(),
+            type_url: ty.type_url().into(),
+            response_nonce: resp.nonce.clone(),
+            error_detail: Some(RpcStatus {
+                code: Code::InvalidArgument as i32,
+                message: message.into(),
+                details: vec![],
+            }),
+            ..Default::default()
+        };
+        self.send_raw(req).await;
+    }
+
+    /// The next response, checked against the invariants.
+    pub async fn expect_response(&mut self) -> DiscoveryResponse {
+        self.expect_response_within(RESPONSE_TIMEOUT).await
+    }
+
+    pub async fn expect_response_within(&mut self, t: Duration) -> DiscoveryResponse {
+        let resp = match tokio::time::timeout(t, self.rx.message()).await {
+            Err(_) => panic!("no response within {t:?}"),
+            Ok(Err(status)) => panic!("stream failed: {status:?}"),
+            Ok(Ok(None)) => panic!("stream ended without a response"),
+            Ok(Ok(Some(resp))) => resp,
+        };
+        self.check_invariants(&resp);
+        resp
+    }
+
+    /// The next response, which must be of type `ty` and carry exactly `names` (sorted).
+    pub async fn expect(&mut self, ty: ResourceType, names: &[&str]) -> DiscoveryResponse {
+        let resp = self.expect_response().await;
+        assert_eq!(resp.type_url, ty.type_url(), "response type");
+        assert_eq!(resource_names(&resp), names, "names in {} response", ty);
+        resp
+    }
+
+    /// No response arrives within [`QUIET`].
+    pub async fn expect_no_response(&mut self) {
+        self.expect_no_response_for(QUIET).await;
+    }
+
+    pub async fn expect_no_response_for(&mut self, t: Duration) {
+        match tokio::time::timeout(t, self.rx.message()).await {
+            Err(_) => {}
+            Ok(Ok(Some(resp))) => panic!(
+                "unexpected {} response with {:?}",
+                resp.type_url,
+                resource_names(&resp)
+            ),
+            Ok(other) => panic!("stream ended: {other:?}"),
+        }
+    }
+
+    /// The stream ends with a status within [`RESPONSE_TIMEOUT`]; no response comes before it.
+    pub async fn expect_status(&mut self) -> Status {
+        match tokio::time::timeout(RESPONSE_TIMEOUT, self.rx.message()).await {
+            Err(_) => panic!("stream did not end"),
+            Ok(Ok(Some(resp))) => panic!(
+                "expected the stream to end, got a {} response",
+                resp.type_url
+            ),
+            Ok(Ok(None)) => Status::ok(""),
+            Ok(Err(status)) => status,
+        }
+    }
+
+    fn check_invariants(&mut self, resp: &DiscoveryResponse) {
+        // INV-3: a non-empty nonce, never repeated on the stream.
+        assert!(!resp.nonce.is_empty(), "INV-3: empty nonce");
+        assert!(
+            self.nonces.insert(resp.nonce.clone()),
+            "INV-3: nonce {} repeated",
+            resp.nonce
+        );
+        // INV-2: the type is one we asked for, and every resource is of that type.
+        let ty = ResourceType::from_type_url(&resp.type_url)
+            .unwrap_or_else(|| panic!("INV-2: unexpected type_url {}", resp.type_url));
+        if let Some(fixed) = self.fixed {
+            assert_eq!(ty, fixed, "INV-2: per-type service sent another type");
+        }
+        for any in &resp.resources {
+            assert_eq!(
+                any.type_url, resp.type_url,
+                "INV-2: resource type differs from response type"
+            );
+        }
+        // INV-1: no name twice.
+        let names = resource_names(resp);
+        let unique: BTreeSet<&String> = names.iter().collect();
+        assert_eq!(
+            unique.len(),
+            names.len(),
+            "INV-1: duplicate names in {names:?}"
+        );
+        // INV-5: only subscribed types.
+        assert!(
+            self.requested[ty.index()] && !self.subs[ty.index()].is_empty(),
+            "INV-5: {ty} response while not subscribed"
+        );
+    }
+}
+
+/// Names of the resources in a response, in order.
+pub fn resource_names(resp: &DiscoveryResponse) -> Vec<String> {
+    resp.resources.iter().map(resources::name_of).collect()
+}
