@@ -1,17 +1,151 @@
-//! PLACEHOLDER: the mock registry lands here.
-use std::path::PathBuf;
+//! The mock registry: services from a YAML file (watched and reloaded live) or inline config, plus
+//! a gRPC control API to edit them and inject faults. It feeds tests, demos and model-based checks
+//! (REG-16) through exactly the same [`Registry`] contract as the real platform adapters.
+//!
+//! # What it serves: file vs control API
+//!
+//! The file (or the inline `services`) owns the hostnames it defines. Control-API upserts, deletes
+//! and endpoint replacements apply *on top*, per hostname. A reload re-asserts only the hostnames
+//! whose definition in the file changed since the last good read (added, edited or removed): their
+//! API edits are discarded and the file's version is served. Hostnames the file left unchanged keep
+//! their API edits, and hostnames the file never defined (created through the API) are never
+//! touched by a reload. An invalid, half-written or deleted file is rejected whole: the last good
+//! state keeps being served and the registry reports `Degraded` (logged with `tracing::error!`)
+//! until a good file clears it.
+//!
+//! # What it emits
+//!
+//! The whole state once, then `Synced`, then only real changes: a hostname whose full state did
+//! not change produces no event (REG-14). Everything carries `Origin { registry: name, cluster }`.
+//!
+//! # Faults and sync control ([`Fault`], [`MockHandle`])
+//!
+//! - **delay**: every change is delivered `delay` after it is made.
+//! - **error**: reports `Degraded { reason: message }`; changes made meanwhile are held and their
+//!   net effect is delivered (after `Healthy`) when cleared. The aggregate keeps serving the last
+//!   good state.
+//! - **stall**: the registry goes silent, like a hung platform request: no changes, no status,
+//!   until cleared.
+//! - **pause / resume sync**: stop delivering changes (status still flows); on resume, deliver the
+//!   coalesced net changes.
+//! - **hold_sync** (config) / **release sync**: nothing at all is delivered, not even the initial
+//!   state, until released — to test that nothing is served before sync (TRANS-11).
+//!
+//! Held changes always go out as one net diff against what was last delivered, so a change made
+//! and undone while held produces nothing.
 
-/// Placeholder.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct MockConfig {
-    /// Placeholder.
-    pub name: String,
-    /// Placeholder.
-    pub file: Option<PathBuf>,
+mod config;
+mod control;
+mod convert;
+mod delivery;
+mod demo;
+mod diff;
+mod file_format;
+mod handle;
+mod layers;
+mod watch;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::model::RegistryId;
+use crate::registry::{Registry, RegistryError, RegistrySink};
+
+pub use config::{ConfigError, MockConfig};
+pub use control::MockControl;
+pub use demo::{DEMO_ENDPOINT_PORTS, DEMO_YAML, DemoEndpoint, demo_config, demo_endpoints};
+pub use file_format::{
+    EndpointSpec, FieldPath, FileError, InvalidField, MockFile, PortSpec, ServiceSpec, SpecError,
+};
+pub use handle::{Fault, MockError, MockHandle, MockState};
+pub use watch::WatchError;
+pub use worker::{FILE_DEBOUNCE, FILE_DEBOUNCE_MAX};
+
+/// The generated protobuf types, client and server of `tributary.mock.v1`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    tonic::include_proto!("tributary.mock.v1");
 }
 
-impl Default for MockConfig {
-    fn default() -> Self {
-        Self { name: "mock".into(), file: None }
+/// A mock registry instance. Create it with [`MockRegistry::new`], start it with
+/// [`Registry::run`], drive it with the [`MockHandle`].
+#[derive(Debug)]
+pub struct MockRegistry {
+    config: MockConfig,
+    commands: mpsc::Receiver<Command>,
+}
+
+use handle::Command;
+
+impl MockRegistry {
+    /// A registry for `config` and the handle that drives it.
+    pub fn new(config: MockConfig) -> (MockRegistry, MockHandle) {
+        let (tx, commands) = mpsc::channel(handle::COMMAND_CAPACITY);
+        (MockRegistry { config, commands }, MockHandle::new(tx))
+    }
+
+    /// Runs with file-change signals from `file_events` instead of a real watch (tests).
+    async fn run_with(
+        self,
+        sink: RegistrySink,
+        file_events: Option<mpsc::Receiver<()>>,
+    ) -> Result<(), RegistryError> {
+        let config = self.config;
+        config
+            .validate()
+            .map_err(|e| RegistryError::Config(e.to_string()))?;
+        let origin = config.origin();
+        let (initial, file) = match &config.file {
+            Some(path) => {
+                // Watch before reading, so an edit between the two is not missed.
+                let (watch, events) = match file_events {
+                    Some(events) => (None, events),
+                    None => {
+                        let (watch, events) = watch::watch_file(path)
+                            .map_err(|e| RegistryError::Config(e.to_string()))?;
+                        (Some(watch), events)
+                    }
+                };
+                let initial = file_format::read_file(path, &origin)
+                    .map_err(|e| RegistryError::Config(e.to_string()))?;
+                let source = worker::FileSource {
+                    path: path.clone(),
+                    events,
+                    _watch: watch,
+                };
+                (initial, Some(source))
+            }
+            None => {
+                let initial = file_format::validate_services(&config.services, &origin)
+                    .map_err(|e| RegistryError::Config(e.to_string()))?;
+                (initial, None)
+            }
+        };
+        tracing::info!(
+            services = initial.len(),
+            file = ?config.file,
+            hold_sync = config.hold_sync,
+            "mock registry starting"
+        );
+        worker::Worker::new(origin, initial, config.hold_sync, sink, self.commands, file)
+            .run()
+            .await
+    }
+}
+
+impl Registry for MockRegistry {
+    fn id(&self) -> RegistryId {
+        RegistryId::new(&self.config.name)
+    }
+
+    fn run(self: Box<Self>, sink: RegistrySink) -> BoxFuture<'static, Result<(), RegistryError>> {
+        let span = tracing::info_span!("mock_registry", registry = %self.config.name);
+        self.run_with(sink, None).instrument(span).boxed()
     }
 }

@@ -56,7 +56,9 @@ impl Hostname {
         for label in name.split('.') {
             let ok = !label.is_empty()
                 && label.len() <= 63
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
             if !ok {
                 return Err(HostnameError::BadLabel {
                     label: label.to_string(),

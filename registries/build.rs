@@ -1,0 +1,17 @@
+//! Compiles the project's own protobuf APIs (today: the mock registry's control service) with
+//! `protox`, so building needs no `protoc`.
+
+use std::error::Error;
+
+const PROTO_ROOT: &str = "../proto";
+const MOCK_PROTO: &str = "../proto/tributary/mock/v1/mock.proto";
+
+fn main() -> Result<(), Box<dyn Error>> {
+    println!("cargo:rerun-if-changed={PROTO_ROOT}");
+    let fds = protox::compile([MOCK_PROTO], [PROTO_ROOT])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

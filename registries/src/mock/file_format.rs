@@ -1,0 +1,506 @@
+//! The mock registry's YAML format and its validation.
+//!
+//! ```yaml
+//! services:
+//!   - hostname: echo.demo.svc.cluster.local
+//!     ports: [{name: http, port: 18080, protocol: HTTP}]   # HTTP | HTTP2 | GRPC | TCP
+//!     resolution: STATIC     # optional: STATIC | DNS | DNS_ROUND_ROBIN | PASSTHROUGH
+//!     location: MESH_INTERNAL  # optional: MESH_INTERNAL | MESH_EXTERNAL
+//!     vips: [10.0.0.1]       # optional, VIPs in the registry's cluster
+//!     labels: {app: echo}    # optional, labels of the service itself
+//!     service_accounts: [echo]  # optional
+//!     endpoints:
+//!       - address: 127.0.0.1
+//!         ports: {http: 19090}          # service port name -> endpoint port
+//!         labels: {version: v1}
+//!         locality: us-east/zone-a      # region/zone/subzone
+//!         health: healthy               # healthy | unhealthy | draining
+//!         weight: 1
+//!         network: ""                   # optional
+//!         service_account: echo         # optional
+//! ```
+//!
+//! Parsing is strict (unknown fields are errors) and a file is accepted or rejected whole. Every
+//! error names the file and line, the service (hostname) and the field: serde_yaml reports where a
+//! syntax or type error is, and [`locate`] finds the line of a field that fails a later check.
+//!
+//! The same [`ServiceSpec`] is what the control API and inline config produce, so one set of
+//! checks ([`validate_services`], [`ServiceSpec::to_state`], [`endpoints_to_model`]) serves them
+//! all.
+
+mod locate;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    Endpoint, Health, Hostname, Locality, MeshLocation, Origin, Protocol, Resolution, Service,
+    ServicePort, ServiceState,
+};
+
+pub(crate) use locate::Seg;
+
+/// Every hostname the registry serves, with its full state; the unit the mock diffs.
+pub(crate) type Services = BTreeMap<Hostname, ServiceState>;
+
+/// A whole mock registry file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockFile {
+    /// The services the file defines.
+    #[serde(default)]
+    pub services: Vec<ServiceSpec>,
+}
+
+/// One service as written in a mock file, an inline config or a control-API request.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    /// The fully qualified hostname clients use.
+    pub hostname: String,
+    /// The service ports: unique names and numbers, at least one.
+    pub ports: Vec<PortSpec>,
+    /// How proxies find instances; STATIC unless set.
+    #[serde(default)]
+    pub resolution: Resolution,
+    /// Inside or outside the mesh; MESH_INTERNAL unless set.
+    #[serde(default)]
+    pub location: MeshLocation,
+    /// Virtual IPs of the service in the registry's cluster.
+    #[serde(default)]
+    pub vips: Vec<IpAddr>,
+    /// Labels of the service itself.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Service accounts its workloads run as.
+    #[serde(default)]
+    pub service_accounts: Vec<String>,
+    /// The instances.
+    #[serde(default)]
+    pub endpoints: Vec<EndpointSpec>,
+}
+
+/// One service port as written.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortSpec {
+    /// Unique within the service; endpoints refer to it.
+    pub name: String,
+    /// 1..=65535, unique within the service.
+    pub port: u16,
+    /// HTTP, HTTP2, GRPC or TCP.
+    pub protocol: Protocol,
+}
+
+/// One endpoint as written.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSpec {
+    /// IP address (or DNS name for DNS resolution).
+    pub address: String,
+    /// Service port name → the port this endpoint listens on; unlisted ports use the service
+    /// port's number.
+    #[serde(default)]
+    pub ports: BTreeMap<String, u16>,
+    /// Workload labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// `region/zone/subzone`; empty when unknown.
+    #[serde(default)]
+    pub locality: String,
+    /// healthy (default), unhealthy or draining.
+    #[serde(default)]
+    pub health: Health,
+    /// Load-balancing weight, at least 1; 1 unless set.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// The network it is reachable on; empty means the default network.
+    #[serde(default)]
+    pub network: String,
+    /// The identity it runs as; empty when unknown.
+    #[serde(default)]
+    pub service_account: String,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// A path to a field, relative to wherever the service came from (`ports[1].port`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FieldPath(pub(crate) Vec<Seg>);
+
+impl FieldPath {
+    fn key(mut self, key: &str) -> Self {
+        self.0.push(Seg::Key(key.to_string()));
+        self
+    }
+
+    fn index(mut self, index: usize) -> Self {
+        self.0.push(Seg::Index(index));
+        self
+    }
+
+    /// `prefix` followed by this path.
+    pub(crate) fn under(&self, prefix: &[Seg]) -> FieldPath {
+        FieldPath(
+            prefix
+                .iter()
+                .cloned()
+                .chain(self.0.iter().cloned())
+                .collect(),
+        )
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, seg) in self.0.iter().enumerate() {
+            match seg {
+                Seg::Index(n) => write!(f, "[{n}]")?,
+                Seg::Key(k) if i == 0 => f.write_str(k)?,
+                Seg::Key(k) => write!(f, ".{k}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A field of one service that fails a check.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("service {hostname:?}: {field}: {message}")]
+pub struct InvalidField {
+    /// The service's hostname as written (it may itself be the bad field).
+    pub hostname: String,
+    /// The bad field, relative to the service.
+    pub field: FieldPath,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// Why a list of services is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// One service has a bad field.
+    #[error("services[{index}]: {source}")]
+    Invalid {
+        /// The service's position in the list.
+        index: usize,
+        /// What is wrong.
+        source: InvalidField,
+    },
+    /// Two services have the same hostname.
+    #[error("hostname {hostname:?} is defined twice, by services[{first}] and services[{second}]")]
+    DuplicateHostname {
+        /// The hostname (lower-cased).
+        hostname: String,
+        /// The first definition's position.
+        first: usize,
+        /// The second definition's position.
+        second: usize,
+    },
+}
+
+/// Why a mock registry file cannot be used. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The file cannot be read (missing, a directory, no permission).
+    #[error("cannot read mock registry file {}: {source} (does it exist and is it readable?)", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why reading failed.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML or does not match the format (unknown field, bad protocol, ...).
+    #[error("{}:{}: {}{message}", path.display(), line_text(*line), service_text(hostname.as_deref()))]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line, when known.
+        line: Option<usize>,
+        /// The service the error is in, when known.
+        hostname: Option<String>,
+        /// serde_yaml's message, which starts with the field path (`services[0].ports[0].protocol`).
+        message: String,
+    },
+    /// A service fails a check (port 0, duplicate port, unknown endpoint port name, ...).
+    #[error("{}:{}: service {hostname:?}: {field}: {message}", path.display(), line_text(*line))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the bad field, when known.
+        line: Option<usize>,
+        /// The service's hostname as written.
+        hostname: String,
+        /// The bad field from the top of the file (`services[2].ports[1].port`).
+        field: FieldPath,
+        /// What is wrong.
+        message: String,
+    },
+    /// Two services have the same hostname.
+    #[error(
+        "{}:{}: hostname {hostname:?} is defined twice: services[{first}] (line {}) and services[{second}] (line {})",
+        path.display(), line_text(*second_line), line_text(*first_line), line_text(*second_line)
+    )]
+    DuplicateHostname {
+        /// The file.
+        path: PathBuf,
+        /// The hostname (lower-cased).
+        hostname: String,
+        /// The first definition's position and line.
+        first: usize,
+        /// Line of the first definition's hostname.
+        first_line: Option<usize>,
+        /// The second definition's position.
+        second: usize,
+        /// Line of the second definition's hostname.
+        second_line: Option<usize>,
+    },
+}
+
+fn line_text(line: Option<usize>) -> String {
+    line.map_or_else(|| "?".to_string(), |l| l.to_string())
+}
+
+fn service_text(hostname: Option<&str>) -> String {
+    hostname.map_or_else(String::new, |h| format!("service {h:?}: "))
+}
+
+/// Reads and validates a mock registry file.
+pub(crate) fn read_file(path: &Path, origin: &Origin) -> Result<Services, FileError> {
+    // A mock file is small and read at most once per debounce window, so a blocking read on the
+    // registry's task is fine and keeps paused-clock tests deterministic.
+    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_file(path, &text, origin)
+}
+
+/// Parses and validates the text of a mock registry file; `path` is only used in errors.
+pub(crate) fn parse_file(path: &Path, text: &str, origin: &Origin) -> Result<Services, FileError> {
+    let file: MockFile = serde_yaml::from_str(text).map_err(|e| syntax_error(path, text, &e))?;
+    let top = [Seg::Key("services".to_string())];
+    validate_services(&file.services, origin).map_err(|e| match e {
+        SpecError::Invalid { index, source } => {
+            let field = source.field.under(&[top[0].clone(), Seg::Index(index)]);
+            FileError::Invalid {
+                path: path.to_path_buf(),
+                line: locate::line_of(text, &field.0),
+                hostname: source.hostname,
+                field,
+                message: source.message,
+            }
+        }
+        SpecError::DuplicateHostname {
+            hostname,
+            first,
+            second,
+        } => {
+            let line = |i: usize| {
+                locate::line_of(
+                    text,
+                    &[top[0].clone(), Seg::Index(i), Seg::Key("hostname".into())],
+                )
+            };
+            FileError::DuplicateHostname {
+                path: path.to_path_buf(),
+                hostname,
+                first,
+                first_line: line(first),
+                second,
+                second_line: line(second),
+            }
+        }
+    })
+}
+
+/// Turns a serde_yaml error into a [`FileError::Syntax`] naming the service it is in.
+fn syntax_error(path: &Path, text: &str, e: &serde_yaml::Error) -> FileError {
+    let full = e.to_string();
+    // serde_yaml appends " at line L column C"; we print the line ourselves.
+    let message = match full.rfind(" at line ") {
+        Some(at) if e.location().is_some() => full[..at].to_string(),
+        _ => full.clone(),
+    };
+    FileError::Syntax {
+        path: path.to_path_buf(),
+        line: e.location().map(|l| l.line()),
+        hostname: service_index(&message).and_then(|i| hostname_at(text, i)),
+        message,
+    }
+}
+
+/// The `N` of a serde_yaml path that starts with `services[N]`.
+fn service_index(message: &str) -> Option<usize> {
+    let rest = message.strip_prefix("services[")?;
+    rest[..rest.find(']')?].parse().ok()
+}
+
+/// The hostname written in `services[index]`, if the text is at least valid YAML.
+fn hostname_at(text: &str, index: usize) -> Option<String> {
+    let value: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
+    let host = value.get("services")?.get(index)?.get("hostname")?;
+    host.as_str().map(str::to_string)
+}
+
+/// Checks a list of services and builds their model, stamped with `origin`.
+pub(crate) fn validate_services(
+    specs: &[ServiceSpec],
+    origin: &Origin,
+) -> Result<Services, SpecError> {
+    let mut out = Services::new();
+    let mut seen: HashMap<Hostname, usize> = HashMap::new();
+    for (index, spec) in specs.iter().enumerate() {
+        let state = spec
+            .to_state(origin)
+            .map_err(|source| SpecError::Invalid { index, source })?;
+        let host = state.service.hostname.clone();
+        if let Some(&first) = seen.get(&host) {
+            return Err(SpecError::DuplicateHostname {
+                hostname: host.to_string(),
+                first,
+                second: index,
+            });
+        }
+        seen.insert(host.clone(), index);
+        out.insert(host, state);
+    }
+    Ok(out)
+}
+
+impl ServiceSpec {
+    /// Checks this service and builds its model, stamped with `origin`.
+    pub fn to_state(&self, origin: &Origin) -> Result<ServiceState, InvalidField> {
+        let bad = |field: FieldPath, message: String| InvalidField {
+            hostname: self.hostname.clone(),
+            field,
+            message,
+        };
+        let root = FieldPath::default();
+        let hostname = Hostname::new(&self.hostname)
+            .map_err(|e| bad(root.clone().key("hostname"), e.to_string()))?;
+        if self.ports.is_empty() {
+            return Err(bad(
+                root.key("ports"),
+                "a service needs at least one port".into(),
+            ));
+        }
+        let mut ports: Vec<ServicePort> = Vec::with_capacity(self.ports.len());
+        for (i, p) in self.ports.iter().enumerate() {
+            let at = root.clone().key("ports").index(i);
+            if p.name.is_empty() {
+                return Err(bad(at.key("name"), "port name is empty".into()));
+            }
+            if p.port == 0 {
+                return Err(bad(at.key("port"), "port 0 is not allowed".into()));
+            }
+            if let Some(j) = ports.iter().position(|q| q.name == p.name) {
+                return Err(bad(
+                    at.key("name"),
+                    format!("port name {:?} is already used by ports[{j}]", p.name),
+                ));
+            }
+            if let Some(j) = ports.iter().position(|q| q.port == p.port) {
+                return Err(bad(
+                    at.key("port"),
+                    format!("port {} is already used by ports[{j}]", p.port),
+                ));
+            }
+            ports.push(ServicePort {
+                name: p.name.clone(),
+                port: p.port,
+                protocol: p.protocol,
+            });
+        }
+        let endpoints =
+            endpoints_to_model(&ports, &self.endpoints, origin).map_err(|(field, message)| {
+                bad(root.clone().key("endpoints").under_self(field), message)
+            })?;
+        let mut service_accounts = self.service_accounts.clone();
+        service_accounts.sort();
+        service_accounts.dedup();
+        let mut vips = BTreeMap::new();
+        if !self.vips.is_empty() {
+            vips.insert(origin.cluster.clone(), self.vips.clone());
+        }
+        Ok(ServiceState {
+            service: Service {
+                hostname,
+                ports,
+                vips,
+                resolution: self.resolution,
+                location: self.location,
+                labels: self.labels.clone(),
+                service_accounts,
+                origin: origin.clone(),
+            },
+            endpoints,
+        })
+    }
+}
+
+impl FieldPath {
+    fn under_self(mut self, rest: FieldPath) -> FieldPath {
+        self.0.extend(rest.0);
+        self
+    }
+}
+
+/// Checks endpoints against the service's `ports` and builds their model, stamped with `origin`
+/// and sorted by address then ports so that a reordered list is no change (REG-14). Errors carry
+/// the path from the endpoint list (`[2].ports.grpc`).
+pub(crate) fn endpoints_to_model(
+    ports: &[ServicePort],
+    specs: &[EndpointSpec],
+    origin: &Origin,
+) -> Result<Vec<Endpoint>, (FieldPath, String)> {
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, e) in specs.iter().enumerate() {
+        let at = FieldPath::default().index(i);
+        if e.address.trim().is_empty() {
+            return Err((at.key("address"), "address is empty".into()));
+        }
+        for (name, &port) in &e.ports {
+            if !ports.iter().any(|p| &p.name == name) {
+                let known: Vec<&str> = ports.iter().map(|p| p.name.as_str()).collect();
+                return Err((
+                    at.clone().key("ports").key(name),
+                    format!("{name:?} is not a port of the service (its ports: {known:?})"),
+                ));
+            }
+            if port == 0 {
+                return Err((
+                    at.clone().key("ports").key(name),
+                    "port 0 is not allowed".into(),
+                ));
+            }
+        }
+        if e.weight == 0 {
+            return Err((
+                at.key("weight"),
+                "weight 0 is not allowed (at least 1)".into(),
+            ));
+        }
+        out.push(Endpoint {
+            address: e.address.trim().to_string(),
+            ports: e.ports.clone(),
+            labels: e.labels.clone(),
+            locality: Locality::parse(&e.locality),
+            network: e.network.clone(),
+            service_account: e.service_account.clone(),
+            health: e.health,
+            weight: e.weight,
+            origin: origin.clone(),
+        });
+    }
+    out.sort_by(|a, b| (&a.address, &a.ports).cmp(&(&b.address, &b.ports)));
+    Ok(out)
+}
