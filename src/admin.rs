@@ -7,6 +7,7 @@
 
 mod debug;
 pub mod metrics;
+mod xds_status;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -124,7 +125,9 @@ fn route(state: &AdminState, req: Request<Incoming>) -> Reply {
             pretty,
         ),
         "/debug/registryz" => json_reply(&debug::registryz(state), pretty),
-        "/debug/endpointz" | "/debug/endpointShardz" => json_reply(&debug::endpointz(state), pretty),
+        "/debug/endpointz" | "/debug/endpointShardz" => {
+            json_reply(&debug::endpointz(state), pretty)
+        }
         "/debug/configz" => json_reply(&json!(*state.config), pretty),
         "/debug/push_status" => json_reply(&debug::push_status(state), pretty),
         "/debug/syncz" => json_reply(&state.xds.syncz(), pretty),
@@ -149,7 +152,10 @@ fn route(state: &AdminState, req: Request<Incoming>) -> Reply {
                 Some(bind) => json_reply(&debug::config_dump(state, bind), pretty),
             },
         },
-        _ => text(StatusCode::NOT_FOUND, "not found; see /debug for the handlers\n"),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found; see /debug for the handlers\n",
+        ),
     }
 }
 
@@ -170,7 +176,10 @@ fn ready(state: &AdminState) -> Reply {
         true => "building the first snapshot".to_string(),
         false => format!("waiting for registries to sync: {}", waiting.join(", ")),
     };
-    text(StatusCode::SERVICE_UNAVAILABLE, &format!("not ready: {reason}\n"))
+    text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("not ready: {reason}\n"),
+    )
 }
 
 fn text(status: StatusCode, body: &str) -> Reply {

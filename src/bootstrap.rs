@@ -42,7 +42,11 @@ pub fn render(o: &BootstrapOptions) -> String {
     let _ = writeln!(y, "  cluster: {}", yaml_str(&o.cluster));
     if let Some(ip) = o.listener_address {
         let _ = writeln!(y, "  metadata:");
-        let _ = writeln!(y, "    {LISTENER_ADDRESS_KEY}: {}", yaml_str(&ip.to_string()));
+        let _ = writeln!(
+            y,
+            "    {LISTENER_ADDRESS_KEY}: {}",
+            yaml_str(&ip.to_string())
+        );
     }
     let _ = write!(
         y,
@@ -110,8 +114,8 @@ mod tests {
         let v: serde_yaml::Value = serde_yaml::from_str(&y).unwrap();
         assert_eq!(v["node"]["id"], "demo");
         assert_eq!(v["dynamic_resources"]["ads_config"]["api_type"], "GRPC");
-        let ep = &v["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
-            ["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
+        let ep = &v["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"]
+            [0]["endpoint"]["address"]["socket_address"];
         assert_eq!(ep["port_value"], 15010);
         assert_eq!(v["static_resources"]["clusters"][0]["type"], "STATIC");
         assert!(v["node"]["metadata"].is_null());

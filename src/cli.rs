@@ -74,12 +74,13 @@ impl BootstrapArgs {
         if self.node_id.is_empty() {
             anyhow::bail!("--node-id must not be empty: tributary refuses proxies without one");
         }
-        let (host, port) = self.xds_addr.rsplit_once(':').ok_or_else(|| {
-            anyhow::anyhow!("--xds-addr {:?} must be HOST:PORT", self.xds_addr)
+        let (host, port) = self
+            .xds_addr
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow::anyhow!("--xds-addr {:?} must be HOST:PORT", self.xds_addr))?;
+        let port: u16 = port.parse().map_err(|_| {
+            anyhow::anyhow!("--xds-addr {:?}: {port:?} is not a port", self.xds_addr)
         })?;
-        let port: u16 = port
-            .parse()
-            .map_err(|_| anyhow::anyhow!("--xds-addr {:?}: {port:?} is not a port", self.xds_addr))?;
         Ok(BootstrapOptions {
             node_id: self.node_id.clone(),
             cluster: self.cluster.clone(),

@@ -273,7 +273,9 @@ mod tests {
 
     #[test]
     fn bad_input_names_the_field() {
-        let e = Config::from_yaml("xds_adr: 1.2.3.4:5\n").unwrap_err().to_string();
+        let e = Config::from_yaml("xds_adr: 1.2.3.4:5\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("xds_adr"), "{e}");
         let e = Config::from_yaml("debounce: {debounce_after: soon}\n")
             .unwrap_err()

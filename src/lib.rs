@@ -16,6 +16,8 @@ pub mod aggregate;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
+mod demo;
 pub mod envoy;
+pub mod runtime;
 pub mod snapshot;
 pub mod xds;

@@ -20,7 +20,7 @@ use crate::aggregate::{Aggregate, AggregateSettings, RegistriesView};
 use crate::config::{Config, RegistryConfig};
 use crate::envoy::GenerateOptions;
 use crate::snapshot::{MeshBuilder, SnapshotStore, run_builder};
-use crate::xds::XdsServer;
+use crate::xds::{XdsOptions, XdsServer};
 
 /// Registry events waiting for the aggregate. Large enough to absorb a registry's initial listing in
 /// a few batches; when full, registries wait (back-pressure, never unbounded memory).
@@ -82,12 +82,14 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             config.xds_addr
         )
     })?;
-    let admin_listener = TcpListener::bind(config.admin_addr).await.with_context(|| {
-        format!(
-            "cannot listen for admin HTTP on {} (--admin-addr)",
-            config.admin_addr
-        )
-    })?;
+    let admin_listener = TcpListener::bind(config.admin_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen for admin HTTP on {} (--admin-addr)",
+                config.admin_addr
+            )
+        })?;
     let xds_addr = xds_listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     admin::metrics::handle();
@@ -139,7 +141,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .instrument(info_span!("builder")),
     );
 
-    let xds = XdsServer::new(store.clone());
+    let xds = XdsServer::new(store.clone(), XdsOptions::default());
     let control = mocks
         .first()
         .map(|h| MockControl::new(h.clone()).into_server());
@@ -155,7 +157,8 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let token = shutdown.clone();
     tasks.spawn(
         async move {
-            let router = xds.router().add_optional_service(control);
+            let router =
+                xds.add_to(tonic::transport::Server::builder().add_optional_service(control));
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(xds_listener);
             if let Err(e) = router
                 .serve_with_incoming_shutdown(incoming, token.cancelled())
@@ -167,8 +170,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .instrument(info_span!("xds")),
     );
     tasks.spawn(
-        admin::serve(admin_listener, admin_state, shutdown.clone())
-            .instrument(info_span!("admin")),
+        admin::serve(admin_listener, admin_state, shutdown.clone()).instrument(info_span!("admin")),
     );
     Ok(Running {
         xds_addr,
@@ -180,7 +182,11 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     })
 }
 
-async fn run_registry(registry: Box<dyn Registry>, sink: RegistrySink, shutdown: CancellationToken) {
+async fn run_registry(
+    registry: Box<dyn Registry>,
+    sink: RegistrySink,
+    shutdown: CancellationToken,
+) {
     tokio::select! {
         _ = shutdown.cancelled() => {}
         result = registry.run(sink) => match result {

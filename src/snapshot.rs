@@ -17,9 +17,9 @@ mod store;
 mod version;
 
 pub use builder::{BuildInput, SnapshotBuilder};
+pub use history::{ChangeSet, Changes, HISTORY_LEN};
 pub use listeners::{ListenerInputs, PortIndex};
 pub use mesh::{MeshBuilder, run_builder};
-pub use history::{ChangeSet, Changes, HISTORY_LEN};
 pub use store::SnapshotStore;
 pub use version::TypeVersion;
 

@@ -37,7 +37,12 @@ fn replace_file(path: &std::path::Path, text: &str) {
 }
 
 /// Sends requests through Envoy until one is answered by `want`; returns how long that took.
-async fn wait_for_backend(listener: SocketAddr, host: &str, want: &str, limit: Duration) -> Duration {
+async fn wait_for_backend(
+    listener: SocketAddr,
+    host: &str,
+    want: &str,
+    limit: Duration,
+) -> Duration {
     let start = Instant::now();
     eventually(limit, &format!("traffic to reach {want}"), || async {
         match http_get(listener, host, "/").await {
@@ -50,21 +55,39 @@ async fn wait_for_backend(listener: SocketAddr, host: &str, want: &str, limit: D
 }
 
 async fn no_rejections(envoy: &Envoy) {
-    assert_eq!(envoy.stat_sum("update_rejected").await, 0, "INV-7: Envoy rejected config");
+    assert_eq!(
+        envoy.stat_sum("update_rejected").await,
+        0,
+        "INV-7: Envoy rejected config"
+    );
 }
 
 async fn warming_drains(envoy: &Envoy) {
-    eventually(Duration::from_secs(5), "warming_clusters back to 0", || async {
-        (envoy.stat("cluster_manager.warming_clusters").await == 0).then_some(())
-    })
+    eventually(
+        Duration::from_secs(5),
+        "warming_clusters back to 0",
+        || async { (envoy.stat("cluster_manager.warming_clusters").await == 0).then_some(()) },
+    )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_mesh_comes_up_live_and_serves_traffic() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Tributary::start(dir.path(), loopback(free_port()), loopback(free_port()), &[]).await;
-    let mut envoy = Envoy::start(dir.path(), "demo", t.xds, &["--listener-address", "127.0.0.1"]).await;
+    let t = Tributary::start(
+        dir.path(),
+        loopback(free_port()),
+        loopback(free_port()),
+        &[],
+    )
+    .await;
+    let mut envoy = Envoy::start(
+        dir.path(),
+        "demo",
+        t.xds,
+        &["--listener-address", "127.0.0.1"],
+    )
+    .await;
     envoy.wait_live().await;
     let body = eventually(Duration::from_secs(10), "echo through Envoy", || async {
         match http_get(loopback(18080), "echo.demo.svc.cluster.local", "/").await {
@@ -73,15 +96,23 @@ async fn demo_mesh_comes_up_live_and_serves_traffic() {
         }
     })
     .await;
-    assert!(body.starts_with("hello from echo.demo.svc.cluster.local"), "{body}");
+    assert!(
+        body.starts_with("hello from echo.demo.svc.cluster.local"),
+        "{body}"
+    );
     // The short name a user would type routes too.
-    let (status, body) = http_get(loopback(18081), "orders", "/").await.expect("orders answers");
+    let (status, body) = http_get(loopback(18081), "orders", "/")
+        .await
+        .expect("orders answers");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("orders.demo.svc.cluster.local"), "{body}");
     no_rejections(&envoy).await;
     warming_drains(&envoy).await;
     let syncz = t.get("/debug/syncz").await;
-    assert!(syncz.contains("demo"), "the proxy shows in /debug/syncz: {syncz}");
+    assert!(
+        syncz.contains("demo"),
+        "the proxy shows in /debug/syncz: {syncz}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,18 +131,41 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
         &["--mock-file", file.to_str().unwrap()],
     )
     .await;
-    let mut envoy = Envoy::start(dir.path(), "e2e", t.xds, &["--listener-address", "127.0.0.1"]).await;
+    let mut envoy = Envoy::start(
+        dir.path(),
+        "e2e",
+        t.xds,
+        &["--listener-address", "127.0.0.1"],
+    )
+    .await;
     envoy.wait_live().await;
-    wait_for_backend(listener, "web.e2e.local", "backend-a", Duration::from_secs(10)).await;
+    wait_for_backend(
+        listener,
+        "web.e2e.local",
+        "backend-a",
+        Duration::from_secs(10),
+    )
+    .await;
 
     // A file edit moves traffic to another endpoint within 1 s.
     replace_file(&file, &mesh(port, &[b.addr]));
-    let took = wait_for_backend(listener, "web.e2e.local", "backend-b", Duration::from_secs(10)).await;
+    let took = wait_for_backend(
+        listener,
+        "web.e2e.local",
+        "backend-b",
+        Duration::from_secs(10),
+    )
+    .await;
     println!("file edit → traffic moved in {took:?}");
-    assert!(took < Duration::from_secs(1), "file edit took {took:?} to move traffic");
+    assert!(
+        took < Duration::from_secs(1),
+        "file edit took {took:?} to move traffic"
+    );
 
     // The control API does the same.
-    let mut client = MockRegistryClient::connect(format!("http://{}", t.xds)).await.unwrap();
+    let mut client = MockRegistryClient::connect(format!("http://{}", t.xds))
+        .await
+        .unwrap();
     client
         .set_endpoints(SetEndpointsRequest {
             hostname: "web.e2e.local".into(),
@@ -123,21 +177,37 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
         })
         .await
         .expect("SetEndpoints");
-    let took = wait_for_backend(listener, "web.e2e.local", "backend-a", Duration::from_secs(10)).await;
+    let took = wait_for_backend(
+        listener,
+        "web.e2e.local",
+        "backend-a",
+        Duration::from_secs(10),
+    )
+    .await;
     println!("control API → traffic moved in {took:?}");
-    assert!(took < Duration::from_secs(1), "control API change took {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "control API change took {took:?}"
+    );
     no_rejections(&envoy).await;
     warming_drains(&envoy).await;
 
     // Removing the service removes its listener, route and cluster.
     let cluster = format!("outbound|{port}||web.e2e.local");
     replace_file(&file, "services: []\n");
-    eventually(Duration::from_secs(5), "cluster and listener removed", || async {
-        let dump = envoy.config_dump().await.to_string();
-        (!dump.contains(&cluster) && !dump.contains(&format!("0.0.0.0_{port}"))).then_some(())
-    })
+    eventually(
+        Duration::from_secs(5),
+        "cluster and listener removed",
+        || async {
+            let dump = envoy.config_dump().await.to_string();
+            (!dump.contains(&cluster) && !dump.contains(&format!("0.0.0.0_{port}"))).then_some(())
+        },
+    )
     .await;
-    assert!(http_get(listener, "web.e2e.local", "/").await.is_none(), "listener is gone");
+    assert!(
+        http_get(listener, "web.e2e.local", "/").await.is_none(),
+        "listener is gone"
+    );
     no_rejections(&envoy).await;
 
     // A half-written file is an error that keeps the last good state (here: the empty mesh), and a
@@ -145,9 +215,18 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
     std::fs::write(&file, "services:\n  - hostname: [").unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let registryz = t.get("/debug/registryz").await;
-    assert!(registryz.contains("degraded"), "the bad file shows in /debug/registryz: {registryz}");
+    assert!(
+        registryz.contains("degraded"),
+        "the bad file shows in /debug/registryz: {registryz}"
+    );
     replace_file(&file, &mesh(port, &[b.addr]));
-    wait_for_backend(listener, "web.e2e.local", "backend-b", Duration::from_secs(10)).await;
+    wait_for_backend(
+        listener,
+        "web.e2e.local",
+        "backend-b",
+        Duration::from_secs(10),
+    )
+    .await;
     no_rejections(&envoy).await;
 }
 
@@ -155,7 +234,11 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
 fn dynamic_config(dump: &serde_json::Value) -> Vec<String> {
     let mut out = Vec::new();
     for config in dump["configs"].as_array().into_iter().flatten() {
-        for key in ["dynamic_active_clusters", "dynamic_listeners", "dynamic_route_configs"] {
+        for key in [
+            "dynamic_active_clusters",
+            "dynamic_listeners",
+            "dynamic_route_configs",
+        ] {
             for item in config[key].as_array().into_iter().flatten() {
                 let body = item
                     .get("cluster")
@@ -182,18 +265,32 @@ async fn restart_causes_no_spurious_deletions() {
     let (xds, admin) = (loopback(free_port()), loopback(free_port()));
     let args = ["--mock-file", file.to_str().unwrap()];
     let mut t = Tributary::start(dir.path(), xds, admin, &args).await;
-    let mut envoy = Envoy::start(dir.path(), "restart", t.xds, &["--listener-address", "127.0.0.1"]).await;
+    let mut envoy = Envoy::start(
+        dir.path(),
+        "restart",
+        t.xds,
+        &["--listener-address", "127.0.0.1"],
+    )
+    .await;
     envoy.wait_live().await;
-    wait_for_backend(loopback(port), "web.e2e.local", "backend-a", Duration::from_secs(10)).await;
+    wait_for_backend(
+        loopback(port),
+        "web.e2e.local",
+        "backend-a",
+        Duration::from_secs(10),
+    )
+    .await;
     let before = dynamic_config(&envoy.config_dump().await);
     assert!(!before.is_empty());
     let removed_before = envoy.stat("cluster_manager.cluster_removed").await;
     let listeners_removed_before = envoy.stat("listener_manager.listener_removed").await;
 
     t.proc.kill();
-    eventually(Duration::from_secs(10), "Envoy to notice the disconnect", || async {
-        (envoy.stat("control_plane.connected_state").await == 0).then_some(())
-    })
+    eventually(
+        Duration::from_secs(10),
+        "Envoy to notice the disconnect",
+        || async { (envoy.stat("control_plane.connected_state").await == 0).then_some(()) },
+    )
     .await;
     drop(t);
     let _t = Tributary::start(dir.path(), xds, admin, &args).await;
@@ -203,10 +300,26 @@ async fn restart_causes_no_spurious_deletions() {
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    assert_eq!(dynamic_config(&envoy.config_dump().await), before, "config changed across restart");
-    assert_eq!(envoy.stat("cluster_manager.cluster_removed").await, removed_before);
-    assert_eq!(envoy.stat("listener_manager.listener_removed").await, listeners_removed_before);
+    assert_eq!(
+        dynamic_config(&envoy.config_dump().await),
+        before,
+        "config changed across restart"
+    );
+    assert_eq!(
+        envoy.stat("cluster_manager.cluster_removed").await,
+        removed_before
+    );
+    assert_eq!(
+        envoy.stat("listener_manager.listener_removed").await,
+        listeners_removed_before
+    );
     no_rejections(&envoy).await;
     warming_drains(&envoy).await;
-    wait_for_backend(loopback(port), "web.e2e.local", "backend-a", Duration::from_secs(5)).await;
+    wait_for_backend(
+        loopback(port),
+        "web.e2e.local",
+        "backend-a",
+        Duration::from_secs(5),
+    )
+    .await;
 }

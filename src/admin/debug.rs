@@ -15,13 +15,31 @@ use crate::envoy::{EncodedResource, ResourceType};
 
 /// The handlers, for `/debug` and `/debug/list`.
 pub const HANDLERS: &[(&str, &str)] = &[
-    ("/debug/registryz", "Registries, their sync and health, and every merged service"),
-    ("/debug/endpointz", "Endpoints of every service, by registry/cluster shard"),
+    (
+        "/debug/registryz",
+        "Registries, their sync and health, and every merged service",
+    ),
+    (
+        "/debug/endpointz",
+        "Endpoints of every service, by registry/cluster shard",
+    ),
     ("/debug/configz", "The effective configuration"),
-    ("/debug/push_status", "Input that could not be turned into valid Envoy config"),
-    ("/debug/syncz", "Synchronization status of every connected proxy, per type"),
-    ("/debug/adsz", "Connected proxies and their subscriptions; ?push=true pushes to all"),
-    ("/debug/config_dump", "What tributary sends a proxy: ?proxyID=<node id>"),
+    (
+        "/debug/push_status",
+        "Input that could not be turned into valid Envoy config",
+    ),
+    (
+        "/debug/syncz",
+        "Synchronization status of every connected proxy, per type",
+    ),
+    (
+        "/debug/adsz",
+        "Connected proxies and their subscriptions; ?push=true pushes to all",
+    ),
+    (
+        "/debug/config_dump",
+        "What tributary sends a proxy: ?proxyID=<node id>",
+    ),
 ];
 
 /// `/debug/registryz`: registry status plus the merged services.
@@ -82,7 +100,11 @@ pub fn endpointz(state: &AdminState) -> Value {
 
 /// `/debug/push_status`: current config issues, grouped the way istiod's push status is.
 pub fn push_status(state: &AdminState) -> Value {
-    let issues = state.store.load().map(|s| (*s.issues).clone()).unwrap_or_default();
+    let issues = state
+        .store
+        .load()
+        .map(|s| (*s.issues).clone())
+        .unwrap_or_default();
     json!({ "issues": issues })
 }
 
@@ -134,7 +156,9 @@ fn describe(r: &EncodedResource) -> String {
 pub fn index_html() -> String {
     let rows: String = HANDLERS
         .iter()
-        .map(|(path, help)| format!("<tr><td><a href=\"{path}\">{path}</a></td><td>{help}</td></tr>\n"))
+        .map(|(path, help)| {
+            format!("<tr><td><a href=\"{path}\">{path}</a></td><td>{help}</td></tr>\n")
+        })
         .collect();
     format!(
         "<!doctype html><html><head><title>tributary debug</title></head><body>\

@@ -234,7 +234,10 @@ mod tests {
         });
         d.record(h("a"), ChangeKind::Endpoints, t0);
         d.record(h("a"), ChangeKind::Service, t0 + ms(1));
-        assert!(d.take_due(t0 + ms(20)).is_none(), "nothing endpoint-only left");
+        assert!(
+            d.take_due(t0 + ms(20)).is_none(),
+            "nothing endpoint-only left"
+        );
         let due = d.take_due(t0 + ms(200)).unwrap();
         assert_eq!(due.hosts, BTreeSet::from([h("a")]));
         assert!(due.service_change);

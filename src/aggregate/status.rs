@@ -89,7 +89,9 @@ impl RegistriesView {
     }
 
     pub(crate) fn publish(&self, registries: Vec<RegistryInfo>, serving: bool) {
-        self.inner
-            .store(Arc::new(ViewState { registries, serving }));
+        self.inner.store(Arc::new(ViewState {
+            registries,
+            serving,
+        }));
     }
 }

@@ -152,7 +152,11 @@ impl Aggregate {
             .collect::<Vec<_>>();
         let waited = due.first.elapsed();
         metrics::histogram!("pilot_debounce_time").record(waited.as_secs_f64());
-        let reason = if due.service_change { "service" } else { "endpoint" };
+        let reason = if due.service_change {
+            "service"
+        } else {
+            "endpoint"
+        };
         metrics::counter!("pilot_push_triggers", "type" => reason).increment(1);
         metrics::gauge!("pilot_services").set(self.merged.len() as f64);
         tracing::debug!(
@@ -296,8 +300,11 @@ impl Aggregate {
             metrics::gauge!("tributary_registry_synced", "registry" => label.clone())
                 .set(if synced { 1.0 } else { 0.0 });
             let degraded = matches!(info.status, RegistryStatus::Degraded { .. });
-            metrics::gauge!("tributary_registry_degraded", "registry" => label)
-                .set(if degraded { 1.0 } else { 0.0 });
+            metrics::gauge!("tributary_registry_degraded", "registry" => label).set(if degraded {
+                1.0
+            } else {
+                0.0
+            });
         }
         self.view.publish(self.registries.clone(), self.serving);
     }

@@ -120,7 +120,10 @@ impl Harness {
 
     /// The next push, waiting at most `within` of (virtual) time.
     async fn next(&mut self, within: Duration) -> Option<Seen> {
-        tokio::time::timeout(within, self.seen.recv()).await.ok().flatten()
+        tokio::time::timeout(within, self.seen.recv())
+            .await
+            .ok()
+            .flatten()
     }
 
     fn now(&self) -> Duration {
@@ -187,7 +190,11 @@ async fn full_pushes_are_batched() {
         sleep(ms(50)).await;
     }
     let push = h.next(ms(200)).await.expect("one batched push");
-    assert_eq!(push.at - start, ms(200), "100ms after the last change at +100ms");
+    assert_eq!(
+        push.at - start,
+        ms(200),
+        "100ms after the last change at +100ms"
+    );
     assert_eq!(push.hosts.len(), 3);
     assert!(h.next(ms(500)).await.is_none(), "exactly one push");
 }
@@ -233,7 +240,11 @@ async fn push_is_forced_after_debounce_max() {
         })
     };
     let push = h.next(ms(1500)).await.expect("forced push");
-    assert_eq!(push.at - start, ms(1000), "at debounce_max after the first change");
+    assert_eq!(
+        push.at - start,
+        ms(1000),
+        "at debounce_max after the first change"
+    );
     churn.abort();
 }
 
@@ -251,7 +262,10 @@ async fn pushes_are_sequential_and_coalesce_while_busy() {
         h.upsert("mock", state("mock", "a.test", 80, &[ip])).await;
     }
     let next = h.next(ms(400)).await.expect("coalesced push");
-    assert_eq!(next.at, busy_until, "waits for the push in flight, then goes at once");
+    assert_eq!(
+        next.at, busy_until,
+        "waits for the push in flight, then goes at once"
+    );
     assert!(h.next(ms(500)).await.is_none(), "three changes, one push");
 }
 
@@ -282,7 +296,10 @@ async fn sync_timeout_serves_without_the_silent_registry() {
     let first = h.next(Duration::from_secs(31)).await.expect("served");
     assert_eq!(first.at, Duration::from_secs(30));
     let view = h.view.load();
-    assert!(matches!(view.registries[1].sync, SyncState::TimedOut { .. }));
+    assert!(matches!(
+        view.registries[1].sync,
+        SyncState::TimedOut { .. }
+    ));
 }
 
 // REG-14: a relist with nothing changed causes no push; REG-5: degraded keeps state.

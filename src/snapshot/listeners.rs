@@ -57,13 +57,12 @@ impl BoundListeners {
         };
         for (port, services) in &self.inputs.by_port {
             let services: Vec<&MergedService> = services.values().map(|s| &**s).collect();
-            let Some(resource) = crate::envoy::listener_for_port(*port, &services, ip, &mut Vec::new())
+            let Some(resource) =
+                crate::envoy::listener_for_port(*port, &services, ip, &mut Vec::new())
             else {
                 continue;
             };
-            let changed_seq = default
-                .get(&resource.name)
-                .map_or(0, |e| e.changed_seq);
+            let changed_seq = default.get(&resource.name).map_or(0, |e| e.changed_seq);
             out.entries.insert(
                 Arc::clone(&resource.name),
                 Entry {

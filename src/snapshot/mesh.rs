@@ -237,7 +237,12 @@ pub async fn run_builder(
                         "first snapshot published; serving xDS"
                     );
                 }
-                tracing::debug!(seq = snapshot.seq, hosts = host_count, build_ms = took.as_millis() as u64, "snapshot published");
+                tracing::debug!(
+                    seq = snapshot.seq,
+                    hosts = host_count,
+                    build_ms = took.as_millis() as u64,
+                    "snapshot published"
+                );
             }
             None => tracing::debug!(hosts = host_count, "push produced no change"),
         }
@@ -267,7 +272,11 @@ mod tests {
     }
 
     fn names(s: &Snapshot, ty: ResourceType) -> Vec<String> {
-        s.resources(ty).entries.keys().map(|k| k.to_string()).collect()
+        s.resources(ty)
+            .entries
+            .keys()
+            .map(|k| k.to_string())
+            .collect()
     }
 
     fn touched(s: &Snapshot, ty: ResourceType) -> usize {
@@ -279,7 +288,10 @@ mod tests {
     fn a_service_becomes_cluster_endpoints_listener_and_route() {
         let mut m = MeshBuilder::new(GenerateOptions::default());
         let s = m
-            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now())
+            .apply(
+                vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))],
+                Instant::now(),
+            )
             .unwrap();
         assert_eq!(names(&s, ResourceType::Cluster), ["outbound|80||a.test"]);
         assert_eq!(names(&s, ResourceType::Endpoint), ["outbound|80||a.test"]);
@@ -292,31 +304,53 @@ mod tests {
     fn endpoint_only_change_touches_only_eds() {
         // DELTA-8 / push cost follows the change: an endpoint change regenerates nothing else.
         let mut m = MeshBuilder::new(GenerateOptions::default());
-        m.apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now());
-        m.apply(vec![(host("b.test"), Some(svc("b.test", 80, &["10.0.1.1"])))], Instant::now());
+        m.apply(
+            vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))],
+            Instant::now(),
+        );
+        m.apply(
+            vec![(host("b.test"), Some(svc("b.test", 80, &["10.0.1.1"])))],
+            Instant::now(),
+        );
         let s = m
-            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.2"])))], Instant::now())
+            .apply(
+                vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.2"])))],
+                Instant::now(),
+            )
             .unwrap();
         assert_eq!(touched(&s, ResourceType::Endpoint), 1);
         assert_eq!(touched(&s, ResourceType::Cluster), 0);
         assert_eq!(touched(&s, ResourceType::Listener), 0);
         assert_eq!(touched(&s, ResourceType::Route), 0);
-        assert!(m
-            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.2"])))], Instant::now())
-            .is_none(), "identical input, no snapshot");
+        assert!(
+            m.apply(
+                vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.2"])))],
+                Instant::now()
+            )
+            .is_none(),
+            "identical input, no snapshot"
+        );
     }
 
     #[test]
     fn moving_and_removing_services_removes_what_they_owned() {
         let mut m = MeshBuilder::new(GenerateOptions::default());
-        m.apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now());
+        m.apply(
+            vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))],
+            Instant::now(),
+        );
         let s = m
-            .apply(vec![(host("a.test"), Some(svc("a.test", 81, &["10.0.0.1"])))], Instant::now())
+            .apply(
+                vec![(host("a.test"), Some(svc("a.test", 81, &["10.0.0.1"])))],
+                Instant::now(),
+            )
             .unwrap();
         assert_eq!(names(&s, ResourceType::Cluster), ["outbound|81||a.test"]);
         assert_eq!(names(&s, ResourceType::Listener), ["0.0.0.0_81"]);
         assert_eq!(names(&s, ResourceType::Route), ["81"]);
-        let s = m.apply(vec![(host("a.test"), None)], Instant::now()).unwrap();
+        let s = m
+            .apply(vec![(host("a.test"), None)], Instant::now())
+            .unwrap();
         for ty in ResourceType::PUSH_ORDER {
             assert!(s.resources(ty).is_empty(), "{ty} left behind");
         }
@@ -327,12 +361,18 @@ mod tests {
     fn issues_appear_and_clear_with_their_input() {
         let mut m = MeshBuilder::new(GenerateOptions::default());
         let s = m
-            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["not-an-ip"])))], Instant::now())
+            .apply(
+                vec![(host("a.test"), Some(svc("a.test", 80, &["not-an-ip"])))],
+                Instant::now(),
+            )
             .unwrap();
         assert_eq!(s.issues.len(), 1, "{:?}", s.issues);
         assert_eq!(s.issues[0].object, "a.test");
         let s = m
-            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now())
+            .apply(
+                vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))],
+                Instant::now(),
+            )
             .unwrap();
         assert!(s.issues.is_empty());
     }
@@ -341,16 +381,28 @@ mod tests {
     fn listeners_for_another_bind_address_share_names_and_change_tracking() {
         let mut m = MeshBuilder::new(GenerateOptions::default());
         let s = m
-            .apply(vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))], Instant::now())
+            .apply(
+                vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.1"])))],
+                Instant::now(),
+            )
             .unwrap();
         let ip: IpAddr = "127.0.0.2".parse().unwrap();
         let bound = s.resources_for(ResourceType::Listener, Some(ip));
         let default = s.resources(ResourceType::Listener);
-        assert_eq!(bound.entries.keys().collect::<Vec<_>>(), default.entries.keys().collect::<Vec<_>>());
+        assert_eq!(
+            bound.entries.keys().collect::<Vec<_>>(),
+            default.entries.keys().collect::<Vec<_>>()
+        );
         let (b, d) = (&bound.entries["0.0.0.0_80"], &default.entries["0.0.0.0_80"]);
         assert_eq!(b.changed_seq, d.changed_seq);
-        assert_ne!(b.resource.hash, d.resource.hash, "the socket address differs");
+        assert_ne!(
+            b.resource.hash, d.resource.hash,
+            "the socket address differs"
+        );
         assert_ne!(bound.version, default.version);
-        assert!(Arc::ptr_eq(&bound, &s.resources_for(ResourceType::Listener, Some(ip))), "built once");
+        assert!(
+            Arc::ptr_eq(&bound, &s.resources_for(ResourceType::Listener, Some(ip))),
+            "built once"
+        );
     }
 }

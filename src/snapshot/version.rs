@@ -55,7 +55,12 @@ impl TypeVersion {
 
 impl fmt::Display for TypeVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{:016x}", self.count, (self.acc >> 64) as u64 ^ self.acc as u64)
+        write!(
+            f,
+            "{}-{:016x}",
+            self.count,
+            (self.acc >> 64) as u64 ^ self.acc as u64
+        )
     }
 }
 

@@ -66,12 +66,16 @@ pub struct Backend {
 
 impl Backend {
     pub async fn start(name: &str) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind backend");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind backend");
         let addr = listener.local_addr().expect("backend address");
         let name = name.to_string();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((mut s, _)) = listener.accept().await else { continue };
+                let Ok((mut s, _)) = listener.accept().await else {
+                    continue;
+                };
                 let name = name.clone();
                 tokio::spawn(async move {
                     let mut buf = [0u8; 4096];
@@ -227,13 +231,21 @@ impl Envoy {
             .args(extra)
             .output()
             .expect("tributary bootstrap runs");
-        assert!(out.status.success(), "bootstrap failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "bootstrap failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let path = dir.join(format!("{node_id}.yaml"));
         std::fs::write(&path, &out.stdout).expect("write bootstrap");
         let mut cmd = Command::new(envoy_bin());
-        cmd.arg("-c")
-            .arg(&path)
-            .args(["--disable-hot-restart", "--drain-time-s", "1", "-l", "info"]);
+        cmd.arg("-c").arg(&path).args([
+            "--disable-hot-restart",
+            "--drain-time-s",
+            "1",
+            "-l",
+            "info",
+        ]);
         let proc = Proc::spawn(&format!("envoy-{node_id}"), &mut cmd, dir);
         Envoy {
             proc,

@@ -1,0 +1,96 @@
+//! The admin's view of the xDS server's connections, in istiod's `/debug/syncz` and `/debug/adsz`
+//! shapes (ecosystem.md §1.2).
+
+use std::net::IpAddr;
+
+use serde_json::{Value, json};
+
+use super::XdsStatus;
+use crate::xds::{ConnectionInfo, Connections};
+
+impl XdsStatus for Connections {
+    fn syncz(&self) -> Value {
+        let rows: Vec<Value> = self.list().iter().map(sync_row).collect();
+        json!(rows)
+    }
+
+    fn adsz(&self, proxy_id: Option<&str>) -> Value {
+        let conns = match proxy_id {
+            Some(id) => self.for_node(id),
+            None => self.list(),
+        };
+        let clients: Vec<Value> = conns
+            .iter()
+            .map(|c| {
+                let watches: serde_json::Map<String, Value> = c
+                    .types
+                    .iter()
+                    .filter(|(_, t)| t.requested)
+                    .map(|(ty, t)| {
+                        let mut names: Vec<String> =
+                            t.names.iter().map(|n| n.to_string()).collect();
+                        if t.wildcard {
+                            names.insert(0, "*".to_string());
+                        }
+                        (ty.type_url().to_string(), json!(names))
+                    })
+                    .collect();
+                json!({
+                    "connectionId": c.id,
+                    "node": c.node_id,
+                    "cluster": c.cluster,
+                    "connectedAt": timestamp(Some(c.connected_at)),
+                    "address": c.peer.map(|p| p.to_string()),
+                    "listenerAddress": c.listener_address.map(|a| a.to_string()),
+                    "watches": watches,
+                })
+            })
+            .collect();
+        json!({ "totalClients": conns.len(), "clients": clients })
+    }
+
+    fn push_all(&self) -> usize {
+        Connections::push_all(self)
+    }
+
+    fn listener_address(&self, proxy_id: &str) -> Option<Option<IpAddr>> {
+        self.for_node(proxy_id).first().map(|c| c.listener_address)
+    }
+}
+
+/// One `/debug/syncz` row: istiod's `SyncStatus` fields plus per-type detail.
+fn sync_row(c: &ConnectionInfo) -> Value {
+    let mut row = serde_json::Map::new();
+    row.insert("cluster_id".into(), json!(c.cluster));
+    row.insert("proxy".into(), json!(c.node_id));
+    row.insert("connection_id".into(), json!(c.id));
+    let mut resources = serde_json::Map::new();
+    for (ty, t) in &c.types {
+        let prefix = match ty.short() {
+            "cds" => "cluster",
+            "eds" => "endpoint",
+            "lds" => "listener",
+            _ => "route",
+        };
+        row.insert(format!("{prefix}_sent"), json!(t.sent_nonce));
+        row.insert(format!("{prefix}_acked"), json!(t.acked_nonce));
+        resources.insert(
+            ty.type_url().to_string(),
+            json!({
+                "status": t.status().to_string(),
+                "sent": t.sent_nonce,
+                "acked": t.acked_nonce,
+                "sentVersion": t.sent_version,
+                "sentTime": timestamp(t.sent_at),
+                "lastError": t.last_error,
+            }),
+        );
+    }
+    row.insert("resources".into(), Value::Object(resources));
+    Value::Object(row)
+}
+
+fn timestamp(t: Option<std::time::SystemTime>) -> Value {
+    t.map(|t| json!(humantime::format_rfc3339_millis(t).to_string()))
+        .unwrap_or(Value::Null)
+}
