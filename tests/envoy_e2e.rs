@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use envoy_harness::{Backend, Envoy, Tributary, eventually, free_port, http_get};
 use tributary_registries::mock::proto::mock_registry_client::MockRegistryClient;
-use tributary_registries::mock::proto::{EndpointSpec, SetEndpointsRequest};
+use tributary_registries::mock::proto::{Endpoint as EndpointSpec, SetEndpointsRequest};
 
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))

@@ -54,8 +54,25 @@ pub async fn http_get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, 
         .ok()?;
     let text = String::from_utf8_lossy(&buf).to_string();
     let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((status, body))
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Some((status, if chunked { dechunk(body) } else { body.to_string() }))
+}
+
+/// Decodes a chunked HTTP/1.1 body (Envoy's admin answers that way).
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
 }
 
 /// An HTTP backend on `127.0.0.1:0` answering every request with `name`.
