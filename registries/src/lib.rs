@@ -5,7 +5,8 @@
 //! - the [`Registry`] trait: a registry runs as its own task and reports what it knows through a
 //!   [`RegistrySink`] as batches of [`Change`]s keyed by hostname, plus a "synced" signal once its
 //!   initial listing is complete, plus its health;
-//! - the adapters themselves, one folder each (today: [`mock`]).
+//! - the adapters themselves, one folder each (today: [`mock`]);
+//! - `test_util` (tests and the `test-util` feature): the conformance test every adapter passes.
 //!
 //! It does **not** merge registries, debounce, build Envoy resources or speak xDS: that is the
 //! `tributary` crate, which depends on this one and never the other way round. A new registry is one
@@ -16,6 +17,7 @@
 pub mod mock;
 pub mod model;
 mod registry;
+#[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 
 pub use model::{
