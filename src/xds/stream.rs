@@ -337,8 +337,12 @@ impl Stream {
                 let more = ResourceType::PUSH_ORDER[ty.index() + 1..]
                     .iter()
                     .any(|t| self.types[t.index()].has_work(snap.seq));
-                if !more && let Some(t) = self.unconverged.take() {
-                    metrics::converged(t.elapsed());
+                if !more {
+                    // This push is complete: the next one starts from the newest snapshot.
+                    self.cycle = None;
+                    if let Some(t) = self.unconverged.take() {
+                        metrics::converged(t.elapsed());
+                    }
                 }
                 return Ok(());
             }

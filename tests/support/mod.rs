@@ -117,6 +117,60 @@ impl TestServer {
             .unwrap()
     }
 
+    /// An ADS client whose HTTP/2 receive windows are `window` bytes, so a client that stops
+    /// reading stalls the server after that much (TRANS-1, SOTW-35).
+    pub async fn ads_with_window(&self, node: &str, window: u32) -> XdsClient {
+        let ch = Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .initial_stream_window_size(window)
+            .initial_connection_window_size(window)
+            .connect()
+            .await
+            .unwrap();
+        let (tx, rx) = mpsc::channel(64);
+        let mut client =
+            AggregatedDiscoveryServiceClient::new(ch).max_decoding_message_size(64 * 1024 * 1024);
+        let resp = client
+            .stream_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .expect("ADS stream opens");
+        XdsClient::new(node, tx, resp.into_inner(), None)
+    }
+
+    /// The registry's view of `node`'s connections.
+    pub fn conns(&self, node: &str) -> Vec<tributary::xds::ConnectionInfo> {
+        self.xds.connections().for_node(node)
+    }
+
+    /// The registry's status of `ty` on `node`'s only connection.
+    pub fn type_status(&self, node: &str, ty: ResourceType) -> tributary::xds::TypeStatus {
+        let conns = self.conns(node);
+        assert_eq!(conns.len(), 1, "one connection for {node}");
+        conns[0].types[ty.index()].1.clone()
+    }
+
+    /// Waits (bounded) until `f` holds for `node`'s `ty` status.
+    pub async fn wait_status(
+        &self,
+        node: &str,
+        ty: ResourceType,
+        f: impl Fn(&tributary::xds::TypeStatus) -> bool,
+    ) -> tributary::xds::TypeStatus {
+        for _ in 0..300 {
+            if let Some(c) = self.conns(node).first() {
+                let st = &c.types[ty.index()].1;
+                if f(st) {
+                    return st.clone();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "status of {ty} on {node} never matched: {:?}",
+            self.conns(node)
+        );
+    }
+
     /// An ADS client with node id `node`.
     pub async fn ads(&self, node: &str) -> XdsClient {
         self.try_ads(node).await.expect("ADS stream opens")
@@ -215,6 +269,7 @@ impl XdsClient {
 
     /// Sends a raw request as is (no bookkeeping of node or subscription).
     pub async fn send_raw(&mut self, req: DiscoveryRequest) {
+        self.node_sent |= req.node.is_some();
         if let Some(ty) = ResourceType::from_type_url(&req.type_url).or(self.fixed) {
             self.subs[ty.index()].apply_sotw(ty, &req.resource_names);
             self.requested[ty.index()] = true;
