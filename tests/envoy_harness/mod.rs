@@ -58,14 +58,23 @@ pub async fn http_get(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, 
     let chunked = head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
-    Some((status, if chunked { dechunk(body) } else { body.to_string() }))
+    Some((
+        status,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_string()
+        },
+    ))
 }
 
 /// Decodes a chunked HTTP/1.1 body (Envoy's admin answers that way).
 fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
         if n == 0 || rest.len() < n {
             break;
         }
