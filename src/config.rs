@@ -135,6 +135,8 @@ impl Config {
             self.admin_addr = a;
         }
         if let Some(file) = o.mock_file {
+            // Other registry kinds join this enum; only a mock registry takes the mock file.
+            #[allow(clippy::unnecessary_find_map)]
             let existing = self.registries.iter_mut().find_map(|r| match r {
                 RegistryConfig::Mock(m) => Some(m),
             });

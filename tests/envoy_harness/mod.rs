@@ -285,10 +285,10 @@ impl Envoy {
         let limit = Duration::from_secs(20);
         let deadline = Instant::now() + limit;
         loop {
-            if let Some((200, body)) = http_get(admin, "localhost", "/ready").await {
-                if body.trim() == "LIVE" {
-                    return;
-                }
+            if let Some((200, body)) = http_get(admin, "localhost", "/ready").await
+                && body.trim() == "LIVE"
+            {
+                return;
             }
             if !self.proc.alive() || Instant::now() > deadline {
                 panic!("Envoy did not become LIVE:\n{}", self.proc.tail());
