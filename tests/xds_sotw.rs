@@ -3,6 +3,9 @@
 //! Each test cites the rule it checks in `shared/xds-conformance.md`. The harness checks INV-1,
 //! INV-2, INV-3 and INV-5 on every response it receives.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::collections::BTreeSet;
@@ -184,20 +187,14 @@ async fn sotw_06_nonces_unique_across_types_over_many_pushes() {
         let mut seen = BTreeSet::new();
         while seen.len() < 4 {
             let r = c.expect_response().await;
-            let names: Vec<String> = resource_names(&r);
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            c.ack(
-                &r,
-                if r.type_url == EDS.type_url() {
-                    &["c"]
-                } else if r.type_url == RDS.type_url() {
-                    &["r"]
-                } else {
-                    &[]
-                },
-            )
-            .await;
-            let _ = names;
+            let names: &[&str] = if r.type_url == EDS.type_url() {
+                &["c"]
+            } else if r.type_url == RDS.type_url() {
+                &["r"]
+            } else {
+                &[]
+            };
+            c.ack(&r, names).await;
             seen.insert(r.type_url.clone());
         }
     }
@@ -389,14 +386,9 @@ async fn sotw_17_newest_request_supersedes() {
         c.subscribe(EDS, &[n.as_str()]).await;
     }
     let mut last = None;
-    loop {
-        match tokio::time::timeout(QUIET, c.expect_response()).await {
-            Ok(r) => {
-                assert_eq!(resource_names(&r).len(), 1, "one name per response");
-                last = Some(r);
-            }
-            Err(_) => break,
-        }
+    while let Ok(r) = tokio::time::timeout(QUIET, c.expect_response()).await {
+        assert_eq!(resource_names(&r).len(), 1, "one name per response");
+        last = Some(r);
     }
     assert_eq!(resource_names(&last.expect("a response")), ["e9"]);
 }
@@ -734,6 +726,37 @@ async fn sotw_31_make_before_break_routes_never_reference_unsent_clusters() {
         }
     }
     assert!(saw_route_to_y);
+}
+
+#[tokio::test]
+async fn sotw_31_cluster_removed_in_the_same_push_outlives_the_route_update() {
+    // SOTW-31: one snapshot adds Y, moves the route to Y and deletes X. CDS goes first and must
+    // keep X (the client's route still uses it); once RDS moved, a follow-up CDS drops X.
+    let s = TestServer::start(vec![cluster("X", "1"), route("r", "X"), listener("l", "r")]).await;
+    let mut c = s.ads("n").await;
+    c.subscribe(CDS, &[]).await;
+    let r = c.expect(CDS, &["X"]).await;
+    c.ack(&r, &[]).await;
+    c.subscribe(RDS, &["r"]).await;
+    let r = c.expect(RDS, &["r"]).await;
+    c.ack(&r, &["r"]).await;
+    s.publish(vec![cluster("Y", "1"), route("r", "Y")], vec![(CDS, "X")]);
+    let interim = c.expect(CDS, &["Y", "X"]).await;
+    c.ack(&interim, &[]).await;
+    let rds = c.expect(RDS, &["r"]).await;
+    assert_eq!(route_clusters(&rds.resources[0]), ["Y"]);
+    c.ack(&rds, &["r"]).await;
+    let fin = c.expect(CDS, &["Y"]).await;
+    assert_ne!(
+        fin.version_info, interim.version_info,
+        "different content, different version"
+    );
+    assert_eq!(fin.version_info, s.version(CDS));
+    c.ack(&fin, &[]).await;
+    c.expect_no_response().await;
+    // Without a listener/route change in the same push, a removal goes out at once.
+    s.publish(vec![], vec![(CDS, "Y")]);
+    c.expect(CDS, &[]).await;
 }
 
 #[tokio::test]

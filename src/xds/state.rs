@@ -74,6 +74,10 @@ pub(crate) struct Built {
     pub warming: Vec<Arc<str>>,
     /// Whether snapshot changes (not only the client's request) caused it.
     pub change_driven: bool,
+    /// CDS only: clusters removed since the last response but kept in this one, because the
+    /// listeners/routes of the same push may still reference them (SOTW-31 make-before-break). A
+    /// follow-up response without them is owed once the push is complete.
+    pub retained: usize,
 }
 
 /// The SotW state of one type on one stream.
@@ -133,6 +137,35 @@ impl TypeState {
                 || self.pending.all
                 || self.pending.respond
                 || !self.pending.names.is_empty())
+    }
+
+    /// Whether a response built from `snap` would carry something for this client: something owed,
+    /// or a change to a subscribed name. Costs the size of the change, not of the mesh.
+    pub(crate) fn would_send(&self, snap: &Snapshot) -> bool {
+        if !self.subscribed() {
+            return false;
+        }
+        if self.pending.all || self.pending.respond || !self.pending.names.is_empty() {
+            return true;
+        }
+        if self.synced_seq >= snap.seq {
+            return false;
+        }
+        match snap.changes_since(self.ty, self.synced_seq) {
+            Some(c) => {
+                c.changed.iter().any(|n| self.sub.covers(n))
+                    || (self.ty.full_state_in_sotw()
+                        && c.removed.iter().any(|n| self.sub.covers(n)))
+            }
+            None => true,
+        }
+    }
+
+    /// Owes the client a response with its full current set (after a make-before-break push).
+    pub(crate) fn owe_full_response(&mut self) {
+        if self.subscribed() {
+            self.pending.respond = true;
+        }
     }
 
     /// Applies one request. `error` is `error_detail.message` when present.
@@ -233,7 +266,15 @@ impl TypeState {
 
     /// Computes the next response from `snap`, consuming what was owed, and marks the state as
     /// brought up to `snap`. `None` when there is nothing to send (SOTW-28).
-    pub(crate) fn build(&mut self, snap: &Snapshot, bind: Option<IpAddr>) -> Option<Built> {
+    ///
+    /// `retain_from`, for CDS only, is the snapshot the client's previous CDS response came from:
+    /// clusters removed since are kept in this response (SOTW-31), see [`Built::retained`].
+    pub(crate) fn build(
+        &mut self,
+        snap: &Snapshot,
+        bind: Option<IpAddr>,
+        retain_from: Option<&Snapshot>,
+    ) -> Option<Built> {
         let since = self.synced_seq;
         let pending = std::mem::take(&mut self.pending);
         self.synced_seq = self.synced_seq.max(snap.seq);
@@ -247,6 +288,7 @@ impl TypeState {
             names: Vec::new(),
             warming: Vec::new(),
             change_driven: false,
+            retained: 0,
         };
         if self.ty.full_state_in_sotw() {
             let changed = since < snap.seq
@@ -282,6 +324,21 @@ impl TypeState {
                 for name in &self.sub.names {
                     if let Some(e) = res.get(name) {
                         push(name, e);
+                    }
+                }
+            }
+            if let (Some(prev), true) = (retain_from, since < snap.seq) {
+                let removed = snap
+                    .changes_since(self.ty, since)
+                    .map(|c| c.removed)
+                    .unwrap_or_default();
+                let prev = prev.resources_for(self.ty, bind);
+                for name in removed.iter().filter(|n| self.sub.covers(n)) {
+                    if let Some(e) = prev.get(name) {
+                        built.version.add(name, e.resource.hash);
+                        built.entries.push(e.resource.sotw_entry().clone());
+                        built.names.push(Arc::clone(name));
+                        built.retained += 1;
                     }
                 }
             }

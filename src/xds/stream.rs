@@ -108,6 +108,8 @@ pub(crate) async fn run(
         types: ResourceType::PUSH_ORDER.map(TypeState::new),
         writer,
         cycle: None,
+        cds_base: None,
+        cds_cleanup: false,
         unconverged: None,
         nonces: 0,
         unknown_types: 0,
@@ -141,6 +143,12 @@ struct Stream {
     writer: SlotWriter,
     /// The snapshot the current push walks through (SOTW-31); `None` between pushes.
     cycle: Option<Arc<Snapshot>>,
+    /// ADS only: the snapshot the last CDS response came from, to keep removed clusters until the
+    /// routes moved off them (SOTW-31). Shared with every other holder; costs only what changed
+    /// since.
+    cds_base: Option<Arc<Snapshot>>,
+    /// A CDS response kept removed clusters: owe a clean one when the push completes.
+    cds_cleanup: bool,
     /// Trigger time of a snapshot whose push started but whose convergence is not recorded yet.
     unconverged: Option<Instant>,
     latest_seq: u64,
@@ -284,6 +292,17 @@ impl Stream {
         Ok(())
     }
 
+    /// The push is complete: the next one starts from the newest snapshot.
+    fn end_cycle(&mut self) {
+        self.cycle = None;
+        if let Some(t) = self.unconverged.take() {
+            metrics::converged(t.elapsed());
+        }
+        if std::mem::take(&mut self.cds_cleanup) {
+            self.types[ResourceType::Cluster.index()].owe_full_response();
+        }
+    }
+
     fn next_nonce(&mut self) -> Arc<str> {
         self.nonces += 1;
         Arc::from(format!("{}-{:x}", self.nonce_prefix, self.nonces))
@@ -307,8 +326,23 @@ impl Stream {
                 if !self.types[ty.index()].has_work(snap.seq) {
                     continue;
                 }
-                let Some(built) = self.types[ty.index()].build(&snap, self.node.listener_address)
-                else {
+                // SOTW-31: when this push also changes the client's listeners or routes, clusters it
+                // removes stay until those went out, then a follow-up CDS drops them.
+                let retain_from = match (ty, &self.cds_base) {
+                    (ResourceType::Cluster, Some(base))
+                        if [ResourceType::Listener, ResourceType::Route]
+                            .iter()
+                            .any(|t| self.types[t.index()].would_send(&snap)) =>
+                    {
+                        Some(Arc::clone(base))
+                    }
+                    _ => None,
+                };
+                let Some(built) = self.types[ty.index()].build(
+                    &snap,
+                    self.node.listener_address,
+                    retain_from.as_deref(),
+                ) else {
                     continue;
                 };
                 let nonce = self.next_nonce();
@@ -330,6 +364,10 @@ impl Stream {
                 self.registration.update(ty, state.status());
                 if ty == ResourceType::Cluster {
                     self.types[ResourceType::Endpoint.index()].note_warming(&built.warming);
+                    self.cds_cleanup |= built.retained > 0;
+                    if self.params.fixed.is_none() {
+                        self.cds_base = Some(Arc::clone(&snap));
+                    }
                 }
                 if built.change_driven {
                     self.unconverged.get_or_insert(snap.triggered_at);
@@ -338,19 +376,11 @@ impl Stream {
                     .iter()
                     .any(|t| self.types[t.index()].has_work(snap.seq));
                 if !more {
-                    // This push is complete: the next one starts from the newest snapshot.
-                    self.cycle = None;
-                    if let Some(t) = self.unconverged.take() {
-                        metrics::converged(t.elapsed());
-                    }
+                    self.end_cycle();
                 }
                 return Ok(());
             }
-            // This push is complete.
-            self.cycle = None;
-            if let Some(t) = self.unconverged.take() {
-                metrics::converged(t.elapsed());
-            }
+            self.end_cycle();
             match self.params.store.load() {
                 Some(newer) if newer.seq > snap.seq => continue,
                 _ => return Ok(()),
