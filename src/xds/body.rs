@@ -2,9 +2,11 @@
 //!
 //! The stream task is the only writer (TRANS-15). It builds a response only when the slot is empty
 //! (the body has taken the previous one), from the newest snapshot at that moment, so a slow client
-//! skips intermediate snapshots and holds at most one staged response plus the one h2 is sending
-//! (TRANS-1). A response is a few shared [`Bytes`] chunks: a small per-stream header, then each
-//! resource's pre-encoded entry. Nothing is copied per stream.
+//! skips intermediate snapshots (TRANS-1). For a client that stopped reading, the server holds at
+//! most: the response in h2's send buffer, the next one hyper has already pulled from the body
+//! (hyper 1.12 polls one frame ahead of flow control), and one staged in the slot. A response is a
+//! few shared [`Bytes`] chunks: a small per-stream header, then the shared resource bytes (one
+//! chunk for a wildcard full set, see `cache.rs`). Nothing is copied per stream.
 //!
 //! A staged response that the body has not started yet can be recalled, so a response for a type
 //! the client has since unsubscribed is never delivered (SOTW-35). When the body is dropped (client

@@ -19,6 +19,7 @@ use tonic::codec::{DecodeBuf, Decoder, Streaming};
 use tonic::{Code, Status};
 
 use super::body::{BodyGone, SlotWriter};
+use super::cache::FullSetCache;
 use super::connections::{Connections, Registration};
 use super::metrics::{self, InvalidReason};
 use super::node::NodeInfo;
@@ -61,6 +62,8 @@ pub(crate) struct Params {
     /// The type a per-type service serves; `None` for ADS.
     pub fixed: Option<ResourceType>,
     pub peer: Option<SocketAddr>,
+    /// Whole-type bytes shared by wildcard streams.
+    pub full_sets: Arc<FullSetCache>,
 }
 
 /// Runs one stream to its end. Aborted (and cleaned up by drop guards) if the body goes away.
@@ -342,6 +345,7 @@ impl Stream {
                     &snap,
                     self.node.listener_address,
                     retain_from.as_deref(),
+                    &self.params.full_sets,
                 ) else {
                     continue;
                 };
