@@ -460,3 +460,6 @@ impl TypeState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
