@@ -22,12 +22,14 @@
 //! # async fn demo(store: tributary::snapshot::SnapshotStore) -> anyhow::Result<()> {
 //! use tributary::xds::{XdsOptions, XdsServer};
 //! let xds = XdsServer::new(store, XdsOptions::default());
-//! let router = xds.add_to(tonic::transport::Server::builder().add_service(xds.services().ads));
-//! router.serve("127.0.0.1:15010".parse()?).await?;
+//! xds.router(&mut tonic::transport::Server::builder())
+//!     .serve("127.0.0.1:15010".parse()?)
+//!     .await?;
 //! # Ok(()) }
 //! ```
 
 mod body;
+mod cache;
 mod connections;
 mod metrics;
 mod node;
@@ -102,6 +104,7 @@ impl XdsServer {
                 connections: Connections::default(),
                 drain: CancellationToken::new(),
                 max_decoding_message_size: options.max_decoding_message_size,
+                full_sets: Arc::default(),
             }),
         }
     }
@@ -131,6 +134,20 @@ impl XdsServer {
                 shared: Arc::clone(shared),
             },
         }
+    }
+
+    /// A router serving all five services on `server` (add other services to it as usual).
+    pub fn router<L: Clone>(
+        &self,
+        server: &mut tonic::transport::Server<L>,
+    ) -> tonic::transport::server::Router<L> {
+        let s = self.services();
+        server
+            .add_service(s.ads)
+            .add_service(s.cds)
+            .add_service(s.eds)
+            .add_service(s.lds)
+            .add_service(s.rds)
     }
 
     /// Adds all five services to `router`.
