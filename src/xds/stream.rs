@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use prost::Message;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::codec::{DecodeBuf, Decoder, Streaming};
+use tonic::codec::{BufferSettings, DecodeBuf, Decoder, Streaming};
 use tonic::{Code, Status};
 
 use super::body::{BodyGone, SlotWriter};
@@ -39,6 +39,11 @@ pub const MAX_NAMES_PER_REQUEST: usize = 200_000;
 /// How many unknown-type requests per stream are logged; the rest are only counted (SOTW-5).
 const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
 
+/// Initial request buffer per stream. tonic's default is 8 KiB per stream; a typical request (an
+/// ACK, a few names) is a few hundred bytes, and the buffer grows on demand for larger ones, so
+/// 1 KiB keeps idle streams small (floor.md's per-stream budget).
+const REQUEST_BUFFER_BYTES: usize = 1024;
+
 /// Decodes requests, reporting malformed ones as the client's fault (TRANS-10), not `INTERNAL`.
 pub(crate) struct RequestDecoder;
 
@@ -51,6 +56,11 @@ impl Decoder for RequestDecoder {
             metrics::invalid(InvalidReason::Malformed);
             Status::invalid_argument(format!("malformed DiscoveryRequest: {e}"))
         })
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        // The yield threshold only matters when encoding; keep tonic's 32 KiB default.
+        BufferSettings::new(REQUEST_BUFFER_BYTES, 32 * 1024)
     }
 }
 

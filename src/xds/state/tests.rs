@@ -165,3 +165,11 @@ fn long_nack_messages_are_bounded() {
     let err = st.status().last_error.expect("recorded");
     assert!(err.len() <= MAX_ERROR_BYTES + 4);
 }
+
+#[test]
+fn per_type_state_is_small() {
+    // Per-stream memory budget (floor.md): four of these plus the subscribed names.
+    let size = std::mem::size_of::<TypeState>();
+    eprintln!("TypeState: {size} bytes");
+    assert!(size < 512, "TypeState grew to {size} bytes");
+}
