@@ -916,6 +916,70 @@ async fn sotw_35_staged_response_for_an_unsubscribed_type_is_dropped() {
     c.expect_no_response().await;
 }
 
+/// A stream whose EDS response N2 for `s` waits in the server's slot (behind a stuck 1 MiB CDS
+/// and an RDS response hyper already pulled), while the client last saw EDS N1.
+async fn eds_response_staged_behind_stuck_cds() -> (TestServer, XdsClient, String) {
+    let big: Vec<_> = (0..10)
+        .map(|i| big_cluster(&format!("c{i}"), 100 * 1024))
+        .collect();
+    let s = TestServer::start(
+        big.into_iter()
+            .chain([cla("s", 1), cla("t", 1), route("r", "c0")])
+            .collect(),
+    )
+    .await;
+    let mut c = s.ads_with_window("n", 64 * 1024).await;
+    c.subscribe(EDS, &["s"]).await;
+    let n1 = c.expect(EDS, &["s"]).await;
+    c.ack(&n1, &["s"]).await;
+    c.subscribe(RDS, &["r"]).await;
+    let r1 = c.expect(RDS, &["r"]).await;
+    c.ack(&r1, &["r"]).await;
+    c.subscribe(CDS, &[]).await;
+    s.wait_status("n", CDS, |st| st.sent_nonce.is_some()).await;
+    s.publish(vec![route("r", "c1")], vec![]);
+    s.wait_status("n", RDS, |st| {
+        st.sent_nonce.as_deref() != Some(r1.nonce.as_str())
+    })
+    .await;
+    s.publish(vec![cla("s", 2)], vec![]);
+    s.wait_status("n", EDS, |st| {
+        st.sent_nonce.as_deref() != Some(n1.nonce.as_str())
+    })
+    .await;
+    (s, c, n1.nonce)
+}
+
+#[tokio::test]
+async fn sotw_35_unsubscribe_with_the_last_seen_nonce_drops_the_staged_response() {
+    // SOTW-35, INV-5, the Envoy shape: the unsubscribe carries N1, the last EDS nonce the client
+    // saw. It is stale only because of the undelivered N2, which must be dropped, not delivered.
+    let (s, mut c, n1) = eds_response_staged_behind_stuck_cds().await;
+    c.request(EDS, &[], "", &n1).await;
+    let st = s.wait_status("n", EDS, |st| st.names.is_empty()).await;
+    assert_eq!(
+        st.sent_nonce.as_deref(),
+        Some(n1.as_str()),
+        "N2 was never sent"
+    );
+    assert_eq!(c.expect_response().await.type_url, CDS.type_url());
+    c.expect(RDS, &["r"]).await;
+    c.expect_no_response().await;
+}
+
+#[tokio::test]
+async fn bug_08_subscription_change_crossing_a_staged_response_is_honoured() {
+    // BUG-8, SOTW-17: the client adds t with nonce N1 while N2 (s only) waits in the slot. N2 is
+    // rebuilt after the change, so the client gets s and t in one response.
+    let (s, mut c, n1) = eds_response_staged_behind_stuck_cds().await;
+    c.request(EDS, &["s", "t"], "", &n1).await;
+    s.wait_status("n", EDS, |st| st.names.len() == 2).await;
+    assert_eq!(c.expect_response().await.type_url, CDS.type_url());
+    c.expect(RDS, &["r"]).await;
+    let r = c.expect(EDS, &["s", "t"]).await;
+    assert_eq!(decode_cla(&r.resources[0]).endpoints[0].priority, 2);
+}
+
 #[tokio::test]
 async fn sotw_36_requests_are_handled_while_pushes_are_stuck() {
     // SOTW-36: the push side is blocked by a client that does not read, yet its ACK is processed.

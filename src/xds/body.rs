@@ -33,6 +33,9 @@ pub(crate) struct Framed {
     pub ty: ResourceType,
     /// The gRPC prefix + per-stream fields, then the shared resource entries.
     pub chunks: Vec<Bytes>,
+    /// EDS/RDS: the names carried, so a recalled response can be owed again. Dropped as soon as
+    /// the body takes the response.
+    pub names: Vec<Arc<str>>,
 }
 
 #[derive(Default)]
@@ -117,16 +120,16 @@ impl SlotWriter {
         Ok(())
     }
 
-    /// Takes back a staged response of type `ty` the body has not started. Returns whether one was.
-    pub(crate) fn recall(&self, ty: ResourceType) -> bool {
+    /// Takes back a staged response of type `ty` the body has not started.
+    pub(crate) fn recall(&self, ty: ResourceType) -> Option<Framed> {
         let mut s = self.shared.lock();
         if s.staged.as_ref().is_some_and(|f| f.ty == ty) {
-            s.staged = None;
+            let framed = s.staged.take();
             drop(s);
             self.shared.room.notify_waiters();
-            return true;
+            return framed;
         }
-        false
+        None
     }
 
     /// Ends the stream with `status` once the staged response (if any) has gone out.
@@ -225,7 +228,7 @@ impl http_body::Body for ResponseBody {
         if let Some(framed) = s.staged.take() {
             drop(s);
             this.shared.room.notify_waiters();
-            this.current = framed.chunks.into();
+            this.current = framed.chunks.into(); // `names` dropped here
             return match this.current.pop_front() {
                 Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
                 None => {

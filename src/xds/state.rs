@@ -438,10 +438,25 @@ impl TypeState {
         }
     }
 
-    /// The staged response was recalled before the body took it: it was never sent.
-    pub(crate) fn recalled(&mut self) {
+    /// Whether `nonce` is that of the response sent before the one last staged: a request carrying
+    /// it is stale only because of a response the client may not have received yet.
+    pub(crate) fn acks_before_staged(&self, nonce: &str) -> bool {
+        matches!(&self.before_staged, Some(Some(s)) if *s.nonce == *nonce)
+    }
+
+    /// The staged response (carrying `names` for EDS/RDS) was recalled before the body took it: it
+    /// was never sent. Its content is owed again if still subscribed.
+    pub(crate) fn recalled(&mut self, names: Vec<Arc<str>>) {
         if let Some(before) = self.before_staged.take() {
             self.sent = before;
+        }
+        if !self.subscribed() {
+            return;
+        }
+        if self.ty.full_state_in_sotw() {
+            self.pending.respond = true;
+        } else {
+            self.pending.names.extend(names);
         }
     }
 

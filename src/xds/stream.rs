@@ -283,6 +283,14 @@ impl Stream {
         }
         let error = req.error_detail.as_ref().map(|e| e.message.as_str());
         let state = &mut self.types[ty.index()];
+        if state.acks_before_staged(&req.response_nonce)
+            && let Some(framed) = self.writer.recall(ty)
+        {
+            // The request is stale only because of a response still waiting in our slot: take that
+            // back (it is rebuilt after this request) so subscription changes are not lost (BUG-8)
+            // and nothing goes out for names or types the client just dropped (SOTW-35).
+            state.recalled(framed.names);
+        }
         let kind = state.on_request(
             &req.response_nonce,
             &req.version_info,
@@ -297,9 +305,11 @@ impl Stream {
             }
             Kind::Initial | Kind::Ack | Kind::Update => {}
         }
-        if !state.subscribed() && self.writer.recall(ty) {
+        if !state.subscribed()
+            && let Some(framed) = self.writer.recall(ty)
+        {
             // SOTW-35: the staged response is for a type the client no longer wants.
-            state.recalled();
+            state.recalled(framed.names);
         }
         self.registration.update(ty, state.status());
         Ok(())
@@ -361,7 +371,18 @@ impl Stream {
                 };
                 let nonce = self.next_nonce();
                 let version = built.version.to_string();
-                let (framed, len) = match response::frame(ty, &version, &nonce, built.entries) {
+                let names = if ty.full_state_in_sotw() {
+                    Vec::new()
+                } else {
+                    built.names.clone()
+                };
+                let (framed, len) = match response::frame(
+                    ty,
+                    &version,
+                    &nonce,
+                    built.entries,
+                    names,
+                ) {
                     Ok(f) => f,
                     Err(e) => {
                         tracing::error!(conn = %self.registration.id(), error = %e, "cannot send response");
