@@ -12,6 +12,15 @@
 //! - keeps a [`Connections`] registry for debug views (sync status as istiod computes it) and
 //!   records istiod's metric families (see `metrics.rs` in this module).
 //!
+//! Per stream the server keeps (besides HTTP/2 and tonic's own few KB): the node (id, cluster,
+//! bounded metadata shared with the registry entry), and per type a ~300-byte state — the
+//! subscription (a persistent set of shared names), the last sent nonce/version/time, the acked
+//! nonce/version, the last NACK text (at most 4 KiB), and names still owed — plus a one-response
+//! hand-off slot to the body. It never keeps a copy of what it sent: responses are built from the
+//! newest snapshot when the client has room, and a stuck client pins at most the responses already
+//! handed to h2/hyper and one staged. ADS streams also hold the snapshot their last CDS response
+//! came from (shared structure) for make-before-break removals (SOTW-31).
+//!
 //! What it does not do: delta xDS (the `Delta*` methods answer `UNIMPLEMENTED`; the subscription
 //! model in `subscription.rs` is meant to be shared with it), SotW TTL/heartbeats (SOTW-38),
 //! authentication, admission rate limiting, keepalive and connection-age settings (those belong to
@@ -29,6 +38,7 @@
 //! ```
 
 mod body;
+mod cache;
 mod connections;
 mod metrics;
 mod node;
@@ -103,6 +113,7 @@ impl XdsServer {
                 connections: Connections::default(),
                 drain: CancellationToken::new(),
                 max_decoding_message_size: options.max_decoding_message_size,
+                full_sets: Arc::default(),
             }),
         }
     }

@@ -880,16 +880,24 @@ async fn sotw_34_types_are_independent_on_one_stream() {
 
 #[tokio::test]
 async fn sotw_35_staged_response_for_an_unsubscribed_type_is_dropped() {
-    // SOTW-35, INV-5: the client stops reading mid-way through a 1 MiB CDS response, so the EDS
-    // response for [s] waits in the stream's slot; the client then unsubscribes EDS. That response
-    // must never be delivered.
+    // SOTW-35, INV-5: the client stops reading during a 1 MiB CDS response. h2 holds that
+    // response and hyper has already pulled the next one (RDS) from the body, so the EDS response
+    // for [s] waits in the stream's slot; the client then unsubscribes EDS. That response must
+    // never be delivered, nor count as sent.
     let big: Vec<_> = (0..10)
         .map(|i| big_cluster(&format!("c{i}"), 100 * 1024))
         .collect();
-    let s = TestServer::start(big.into_iter().chain([cla("s", 1)]).collect()).await;
+    let s = TestServer::start(
+        big.into_iter()
+            .chain([cla("s", 1), route("r", "c0")])
+            .collect(),
+    )
+    .await;
     let mut c = s.ads_with_window("n", 64 * 1024).await;
     c.subscribe(CDS, &[]).await;
     s.wait_status("n", CDS, |st| st.sent_nonce.is_some()).await;
+    c.subscribe(RDS, &["r"]).await;
+    s.wait_status("n", RDS, |st| st.sent_nonce.is_some()).await;
     c.subscribe(EDS, &["s"]).await;
     s.wait_status("n", EDS, |st| st.sent_nonce.is_some()).await;
     c.request(EDS, &[], "", "").await;
@@ -900,8 +908,76 @@ async fn sotw_35_staged_response_for_an_unsubscribed_type_is_dropped() {
         "recalled response is not counted as sent"
     );
     let cds = c.expect_response().await;
-    assert_eq!(cds.type_url, CDS.type_url());
+    assert_eq!(
+        (cds.type_url.as_str(), cds.resources.len()),
+        (CDS.type_url(), 10)
+    );
+    c.expect(RDS, &["r"]).await;
     c.expect_no_response().await;
+}
+
+/// A stream whose EDS response N2 for `s` waits in the server's slot (behind a stuck 1 MiB CDS
+/// and an RDS response hyper already pulled), while the client last saw EDS N1.
+async fn eds_response_staged_behind_stuck_cds() -> (TestServer, XdsClient, String) {
+    let big: Vec<_> = (0..10)
+        .map(|i| big_cluster(&format!("c{i}"), 100 * 1024))
+        .collect();
+    let s = TestServer::start(
+        big.into_iter()
+            .chain([cla("s", 1), cla("t", 1), route("r", "c0")])
+            .collect(),
+    )
+    .await;
+    let mut c = s.ads_with_window("n", 64 * 1024).await;
+    c.subscribe(EDS, &["s"]).await;
+    let n1 = c.expect(EDS, &["s"]).await;
+    c.ack(&n1, &["s"]).await;
+    c.subscribe(RDS, &["r"]).await;
+    let r1 = c.expect(RDS, &["r"]).await;
+    c.ack(&r1, &["r"]).await;
+    c.subscribe(CDS, &[]).await;
+    s.wait_status("n", CDS, |st| st.sent_nonce.is_some()).await;
+    s.publish(vec![route("r", "c1")], vec![]);
+    s.wait_status("n", RDS, |st| {
+        st.sent_nonce.as_deref() != Some(r1.nonce.as_str())
+    })
+    .await;
+    s.publish(vec![cla("s", 2)], vec![]);
+    s.wait_status("n", EDS, |st| {
+        st.sent_nonce.as_deref() != Some(n1.nonce.as_str())
+    })
+    .await;
+    (s, c, n1.nonce)
+}
+
+#[tokio::test]
+async fn sotw_35_unsubscribe_with_the_last_seen_nonce_drops_the_staged_response() {
+    // SOTW-35, INV-5, the Envoy shape: the unsubscribe carries N1, the last EDS nonce the client
+    // saw. It is stale only because of the undelivered N2, which must be dropped, not delivered.
+    let (s, mut c, n1) = eds_response_staged_behind_stuck_cds().await;
+    c.request(EDS, &[], "", &n1).await;
+    let st = s.wait_status("n", EDS, |st| st.names.is_empty()).await;
+    assert_eq!(
+        st.sent_nonce.as_deref(),
+        Some(n1.as_str()),
+        "N2 was never sent"
+    );
+    assert_eq!(c.expect_response().await.type_url, CDS.type_url());
+    c.expect(RDS, &["r"]).await;
+    c.expect_no_response().await;
+}
+
+#[tokio::test]
+async fn bug_08_subscription_change_crossing_a_staged_response_is_honoured() {
+    // BUG-8, SOTW-17: the client adds t with nonce N1 while N2 (s only) waits in the slot. N2 is
+    // rebuilt after the change, so the client gets s and t in one response.
+    let (s, mut c, n1) = eds_response_staged_behind_stuck_cds().await;
+    c.request(EDS, &["s", "t"], "", &n1).await;
+    s.wait_status("n", EDS, |st| st.names.len() == 2).await;
+    assert_eq!(c.expect_response().await.type_url, CDS.type_url());
+    c.expect(RDS, &["r"]).await;
+    let r = c.expect(EDS, &["s", "t"]).await;
+    assert_eq!(decode_cla(&r.resources[0]).endpoints[0].priority, 2);
 }
 
 #[tokio::test]
@@ -970,8 +1046,7 @@ async fn trans_01_a_stuck_client_does_not_delay_others_and_is_coalesced() {
         assert_eq!(r.version_info, s.version(CDS));
         b.ack(&r, &[]).await;
     }
-    // A's server side holds its first response in flight plus at most one staged: reading now
-    // yields far fewer than 21 responses, the last with the newest version.
+    // Reading now yields far fewer than 21 responses, the last with the newest version.
     let mut count = 0;
     let mut last = None;
     while let Ok(r) = tokio::time::timeout(Duration::from_secs(1), a.expect_response()).await {
@@ -979,8 +1054,10 @@ async fn trans_01_a_stuck_client_does_not_delay_others_and_is_coalesced() {
         a.ack(&r, &[]).await;
         last = Some(r);
     }
+    // In flight for a stuck stream: one response in h2's send buffer, the next pulled by hyper,
+    // one staged in the slot; then the newest. Never one per snapshot.
     assert!(
-        count <= 3,
+        count <= 4,
         "stuck client got {count} responses: not coalesced"
     );
     assert_eq!(last.unwrap().version_info, s.version(CDS));

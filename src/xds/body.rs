@@ -2,9 +2,11 @@
 //!
 //! The stream task is the only writer (TRANS-15). It builds a response only when the slot is empty
 //! (the body has taken the previous one), from the newest snapshot at that moment, so a slow client
-//! skips intermediate snapshots and holds at most one staged response plus the one h2 is sending
-//! (TRANS-1). A response is a few shared [`Bytes`] chunks: a small per-stream header, then each
-//! resource's pre-encoded entry. Nothing is copied per stream.
+//! skips intermediate snapshots (TRANS-1). For a client that stopped reading, the server holds at
+//! most: the response in h2's send buffer, the next one hyper has already pulled from the body
+//! (hyper 1.12 polls one frame ahead of flow control), and one staged in the slot. A response is a
+//! few shared [`Bytes`] chunks: a small per-stream header, then the shared resource bytes (one
+//! chunk for a wildcard full set, see `cache.rs`). Nothing is copied per stream.
 //!
 //! A staged response that the body has not started yet can be recalled, so a response for a type
 //! the client has since unsubscribed is never delivered (SOTW-35). When the body is dropped (client
@@ -31,6 +33,9 @@ pub(crate) struct Framed {
     pub ty: ResourceType,
     /// The gRPC prefix + per-stream fields, then the shared resource entries.
     pub chunks: Vec<Bytes>,
+    /// EDS/RDS: the names carried, so a recalled response can be owed again. Dropped as soon as
+    /// the body takes the response.
+    pub names: Vec<Arc<str>>,
 }
 
 #[derive(Default)]
@@ -115,16 +120,16 @@ impl SlotWriter {
         Ok(())
     }
 
-    /// Takes back a staged response of type `ty` the body has not started. Returns whether one was.
-    pub(crate) fn recall(&self, ty: ResourceType) -> bool {
+    /// Takes back a staged response of type `ty` the body has not started.
+    pub(crate) fn recall(&self, ty: ResourceType) -> Option<Framed> {
         let mut s = self.shared.lock();
         if s.staged.as_ref().is_some_and(|f| f.ty == ty) {
-            s.staged = None;
+            let framed = s.staged.take();
             drop(s);
             self.shared.room.notify_waiters();
-            return true;
+            return framed;
         }
-        false
+        None
     }
 
     /// Ends the stream with `status` once the staged response (if any) has gone out.
@@ -223,7 +228,7 @@ impl http_body::Body for ResponseBody {
         if let Some(framed) = s.staged.take() {
             drop(s);
             this.shared.room.notify_waiters();
-            this.current = framed.chunks.into();
+            this.current = framed.chunks.into(); // `names` dropped here
             return match this.current.pop_front() {
                 Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
                 None => {

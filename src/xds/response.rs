@@ -5,6 +5,8 @@
 //! `nonce` (5) encoded here by hand, then each resource's shared `resources` (2) entry exactly as
 //! [`EncodedResource::sotw_entry`] holds it. Only the header is allocated per stream.
 
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
@@ -42,6 +44,7 @@ pub(crate) fn frame(
     version: &str,
     nonce: &str,
     entries: Vec<Bytes>,
+    names: Vec<Arc<str>>,
 ) -> Result<(Framed, usize), TooLarge> {
     let type_url = ty.type_url();
     let header_fields = field_len(1, version) + field_len(4, type_url) + field_len(5, nonce);
@@ -56,7 +59,7 @@ pub(crate) fn frame(
     let mut chunks = Vec::with_capacity(entries.len() + 1);
     chunks.push(header.freeze());
     chunks.extend(entries);
-    Ok((Framed { ty, chunks }, len))
+    Ok((Framed { ty, chunks, names }, len))
 }
 
 /// An empty `ClusterLoadAssignment` for an EDS name that does not exist (yet), so Envoy finishes
@@ -89,6 +92,7 @@ mod tests {
             "v1",
             "n1",
             vec![r.sotw_entry().clone(), empty_cla("x").sotw_entry().clone()],
+            vec![],
         )
         .unwrap();
         let mut all = BytesMut::new();

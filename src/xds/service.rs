@@ -19,6 +19,7 @@ use tonic::transport::server::TcpConnectInfo;
 use tracing::Instrument;
 
 use super::body::{self, ResponseBody};
+use super::cache::FullSetCache;
 use super::connections::Connections;
 use super::stream::{self, RequestDecoder};
 use crate::envoy::ResourceType;
@@ -30,6 +31,7 @@ pub(crate) struct Shared {
     pub connections: Connections,
     pub drain: CancellationToken,
     pub max_decoding_message_size: usize,
+    pub full_sets: Arc<FullSetCache>,
 }
 
 type Request = http::Request<tonic::body::Body>;
@@ -70,6 +72,7 @@ impl Shared {
             drain: self.drain.clone(),
             fixed,
             peer,
+            full_sets: Arc::clone(&self.full_sets),
         };
         let span = tracing::info_span!("xds_stream", method = sotw_method, peer = ?peer);
         let task = tokio::spawn(stream::run(params, requests, writer, snapshots).instrument(span));

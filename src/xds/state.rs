@@ -15,6 +15,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
+use super::cache::FullSetCache;
 use super::connections::TypeStatus;
 use super::response::empty_cla;
 use super::subscription::{Change, Subscription};
@@ -61,6 +62,15 @@ struct Pending {
     respond: bool,
 }
 
+/// Which clusters a CDS response added or changed for the client.
+#[derive(Debug)]
+pub(crate) enum Warming {
+    /// Every cluster it carries.
+    All,
+    /// These.
+    Some(Vec<Arc<str>>),
+}
+
 /// A response's content, ready to frame.
 #[derive(Debug)]
 pub(crate) struct Built {
@@ -68,10 +78,10 @@ pub(crate) struct Built {
     pub version: TypeVersion,
     /// Shared `resources` entries, in name order.
     pub entries: Vec<Bytes>,
-    /// Names carried.
+    /// EDS/RDS only: names carried (full-state responses do not list them).
     pub names: Vec<Arc<str>>,
     /// CDS only: the clusters this response adds or changes for the client (warming, SOTW-32).
-    pub warming: Vec<Arc<str>>,
+    pub warming: Warming,
     /// Whether snapshot changes (not only the client's request) caused it.
     pub change_driven: bool,
     /// CDS only: clusters removed since the last response but kept in this one, because the
@@ -96,6 +106,8 @@ pub(crate) struct TypeState {
     pending: Pending,
     /// EDS only: clusters a CDS response added or changed that no EDS response has covered since.
     warming: BTreeSet<Arc<str>>,
+    /// EDS only, wildcard: a CDS response warmed every cluster; owe everything on the next request.
+    warm_all: bool,
 }
 
 fn bounded(s: &str, max: usize) -> String {
@@ -122,6 +134,7 @@ impl TypeState {
             synced_seq: 0,
             pending: Pending::default(),
             warming: BTreeSet::new(),
+            warm_all: false,
         }
     }
 
@@ -204,6 +217,7 @@ impl TypeState {
             // SOTW-20/35: nothing owed any more.
             self.pending = Pending::default();
             self.warming.clear();
+            self.warm_all = false;
             return kind;
         }
         if initial {
@@ -211,6 +225,10 @@ impl TypeState {
             self.pending.respond = true;
         } else {
             self.owe(&change);
+        }
+        if std::mem::take(&mut self.warm_all) {
+            self.pending.all = true;
+            self.pending.respond = true;
         }
         if self.ty == ResourceType::Endpoint && !self.warming.is_empty() {
             // SOTW-32: the first EDS request after a CDS response is answered, even if it looks
@@ -252,15 +270,24 @@ impl TypeState {
     }
 
     /// CDS sent `clusters` as added or changed: owe their EDS on the next EDS request (SOTW-32).
-    pub(crate) fn note_warming(&mut self, clusters: &[Arc<str>]) {
+    ///
+    /// With [`Warming::All`] on a wildcard EDS subscription nothing is noted: the next EDS request
+    /// is answered in full instead (`pending.all`), without listing the mesh here.
+    pub(crate) fn note_warming(&mut self, clusters: &Warming) {
         if !self.subscribed() {
             // The first EDS request will be answered in full anyway.
             return;
         }
-        for c in clusters {
-            if self.sub.covers(c) {
-                self.warming.insert(Arc::clone(c));
+        match clusters {
+            Warming::Some(names) => {
+                for c in names {
+                    if self.sub.covers(c) {
+                        self.warming.insert(Arc::clone(c));
+                    }
+                }
             }
+            Warming::All if self.sub.wildcard => self.warm_all = true,
+            Warming::All => self.warming.extend(self.sub.names.iter().cloned()),
         }
     }
 
@@ -274,6 +301,7 @@ impl TypeState {
         snap: &Snapshot,
         bind: Option<IpAddr>,
         retain_from: Option<&Snapshot>,
+        full_sets: &FullSetCache,
     ) -> Option<Built> {
         let since = self.synced_seq;
         let pending = std::mem::take(&mut self.pending);
@@ -286,7 +314,7 @@ impl TypeState {
             version: res.version,
             entries: Vec::new(),
             names: Vec::new(),
-            warming: Vec::new(),
+            warming: Warming::Some(Vec::new()),
             change_driven: false,
             retained: 0,
         };
@@ -309,23 +337,29 @@ impl TypeState {
                 return None;
             }
             built.change_driven = changed;
-            let mut push = |name: &Arc<str>, e: &crate::snapshot::Entry| {
-                if pending.all || e.changed_seq > since || pending.names.contains(name) {
-                    built.warming.push(Arc::clone(name));
-                }
-                built.entries.push(e.resource.sotw_entry().clone());
-                built.names.push(Arc::clone(name));
-            };
             if self.sub.wildcard {
-                for (name, e) in &res.entries {
-                    push(name, e);
+                // Every wildcard stream sends these same bytes: one shared chunk.
+                if !res.is_empty() {
+                    built.entries.push(full_sets.get(self.ty, bind, &res));
                 }
+                // Warming scope (SOTW-32): what this response adds or changes for the client.
+                built.warming = match (pending.all, snap.changes_since(self.ty, since)) {
+                    (false, Some(c)) => {
+                        Warming::Some(c.changed.into_iter().chain(pending.names).collect())
+                    }
+                    _ => Warming::All,
+                };
             } else {
+                let mut warming = Vec::new();
                 for name in &self.sub.names {
                     if let Some(e) = res.get(name) {
-                        push(name, e);
+                        if pending.all || e.changed_seq > since || pending.names.contains(name) {
+                            warming.push(Arc::clone(name));
+                        }
+                        built.entries.push(e.resource.sotw_entry().clone());
                     }
                 }
+                built.warming = Warming::Some(warming);
             }
             if let (Some(prev), true) = (retain_from, since < snap.seq) {
                 let removed = snap
@@ -337,7 +371,6 @@ impl TypeState {
                     if let Some(e) = prev.get(name) {
                         built.version.add(name, e.resource.hash);
                         built.entries.push(e.resource.sotw_entry().clone());
-                        built.names.push(Arc::clone(name));
                         built.retained += 1;
                     }
                 }
@@ -405,10 +438,25 @@ impl TypeState {
         }
     }
 
-    /// The staged response was recalled before the body took it: it was never sent.
-    pub(crate) fn recalled(&mut self) {
+    /// Whether `nonce` is that of the response sent before the one last staged: a request carrying
+    /// it is stale only because of a response the client may not have received yet.
+    pub(crate) fn acks_before_staged(&self, nonce: &str) -> bool {
+        matches!(&self.before_staged, Some(Some(s)) if *s.nonce == *nonce)
+    }
+
+    /// The staged response (carrying `names` for EDS/RDS) was recalled before the body took it: it
+    /// was never sent. Its content is owed again if still subscribed.
+    pub(crate) fn recalled(&mut self, names: Vec<Arc<str>>) {
         if let Some(before) = self.before_staged.take() {
             self.sent = before;
+        }
+        if !self.subscribed() {
+            return;
+        }
+        if self.ty.full_state_in_sotw() {
+            self.pending.respond = true;
+        } else {
+            self.pending.names.extend(names);
         }
     }
 
@@ -427,3 +475,6 @@ impl TypeState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

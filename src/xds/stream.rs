@@ -15,10 +15,11 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use prost::Message;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::codec::{DecodeBuf, Decoder, Streaming};
+use tonic::codec::{BufferSettings, DecodeBuf, Decoder, Streaming};
 use tonic::{Code, Status};
 
 use super::body::{BodyGone, SlotWriter};
+use super::cache::FullSetCache;
 use super::connections::{Connections, Registration};
 use super::metrics::{self, InvalidReason};
 use super::node::NodeInfo;
@@ -38,6 +39,11 @@ pub const MAX_NAMES_PER_REQUEST: usize = 200_000;
 /// How many unknown-type requests per stream are logged; the rest are only counted (SOTW-5).
 const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
 
+/// Initial request buffer per stream. tonic's default is 8 KiB per stream; a typical request (an
+/// ACK, a few names) is a few hundred bytes, and the buffer grows on demand for larger ones, so
+/// 1 KiB keeps idle streams small (floor.md's per-stream budget).
+const REQUEST_BUFFER_BYTES: usize = 1024;
+
 /// Decodes requests, reporting malformed ones as the client's fault (TRANS-10), not `INTERNAL`.
 pub(crate) struct RequestDecoder;
 
@@ -51,6 +57,11 @@ impl Decoder for RequestDecoder {
             Status::invalid_argument(format!("malformed DiscoveryRequest: {e}"))
         })
     }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        // The yield threshold only matters when encoding; keep tonic's 32 KiB default.
+        BufferSettings::new(REQUEST_BUFFER_BYTES, 32 * 1024)
+    }
 }
 
 /// Everything a stream needs from the server.
@@ -61,6 +72,8 @@ pub(crate) struct Params {
     /// The type a per-type service serves; `None` for ADS.
     pub fixed: Option<ResourceType>,
     pub peer: Option<SocketAddr>,
+    /// Whole-type bytes shared by wildcard streams.
+    pub full_sets: Arc<FullSetCache>,
 }
 
 /// Runs one stream to its end. Aborted (and cleaned up by drop guards) if the body goes away.
@@ -270,6 +283,14 @@ impl Stream {
         }
         let error = req.error_detail.as_ref().map(|e| e.message.as_str());
         let state = &mut self.types[ty.index()];
+        if state.acks_before_staged(&req.response_nonce)
+            && let Some(framed) = self.writer.recall(ty)
+        {
+            // The request is stale only because of a response still waiting in our slot: take that
+            // back (it is rebuilt after this request) so subscription changes are not lost (BUG-8)
+            // and nothing goes out for names or types the client just dropped (SOTW-35).
+            state.recalled(framed.names);
+        }
         let kind = state.on_request(
             &req.response_nonce,
             &req.version_info,
@@ -284,9 +305,11 @@ impl Stream {
             }
             Kind::Initial | Kind::Ack | Kind::Update => {}
         }
-        if !state.subscribed() && self.writer.recall(ty) {
+        if !state.subscribed()
+            && let Some(framed) = self.writer.recall(ty)
+        {
             // SOTW-35: the staged response is for a type the client no longer wants.
-            state.recalled();
+            state.recalled(framed.names);
         }
         self.registration.update(ty, state.status());
         Ok(())
@@ -342,12 +365,24 @@ impl Stream {
                     &snap,
                     self.node.listener_address,
                     retain_from.as_deref(),
+                    &self.params.full_sets,
                 ) else {
                     continue;
                 };
                 let nonce = self.next_nonce();
                 let version = built.version.to_string();
-                let (framed, len) = match response::frame(ty, &version, &nonce, built.entries) {
+                let names = if ty.full_state_in_sotw() {
+                    Vec::new()
+                } else {
+                    built.names.clone()
+                };
+                let (framed, len) = match response::frame(
+                    ty,
+                    &version,
+                    &nonce,
+                    built.entries,
+                    names,
+                ) {
                     Ok(f) => f,
                     Err(e) => {
                         tracing::error!(conn = %self.registration.id(), error = %e, "cannot send response");
