@@ -45,17 +45,8 @@ pub(crate) fn diff(old: &Services, new: &Services) -> Vec<Change> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::file_format::{MockFile, validate_services};
-    use crate::model::{ClusterId, Hostname, Origin, RegistryId};
-
-    fn services(yaml: &str) -> Services {
-        let file: MockFile = serde_yaml::from_str(yaml).unwrap();
-        let origin = Origin {
-            registry: RegistryId::new("r"),
-            cluster: ClusterId::new("c"),
-        };
-        validate_services(&file.services, &origin).unwrap()
-    }
+    use crate::mock::tests::services;
+    use crate::model::Hostname;
 
     const BASE: &str = "services:
 - {hostname: a.x, ports: [{name: http, port: 80, protocol: HTTP}], endpoints: [{address: 1.1.1.1}, {address: 1.1.1.2}]}

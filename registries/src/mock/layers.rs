@@ -89,17 +89,7 @@ impl Layers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::file_format::{MockFile, validate_services};
-    use crate::model::{ClusterId, Origin, RegistryId};
-
-    fn services(yaml: &str) -> Services {
-        let file: MockFile = serde_yaml::from_str(yaml).unwrap();
-        let origin = Origin {
-            registry: RegistryId::new("r"),
-            cluster: ClusterId::new("c"),
-        };
-        validate_services(&file.services, &origin).unwrap()
-    }
+    use crate::mock::tests::services;
 
     fn svc(host: &str, addr: &str) -> String {
         format!(

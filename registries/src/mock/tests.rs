@@ -16,6 +16,16 @@ use crate::registry::{
     Change, Registry, RegistryError, RegistryEvent, RegistryMessage, RegistrySink,
 };
 
+/// The validated services of a mock file, for the pure diff and layering tests.
+pub(crate) fn services(yaml: &str) -> super::file_format::Services {
+    let file: super::file_format::MockFile = serde_yaml::from_str(yaml).unwrap();
+    let origin = crate::model::Origin {
+        registry: crate::model::RegistryId::new("r"),
+        cluster: crate::model::ClusterId::new("c"),
+    };
+    super::file_format::validate_services(&file.services, &origin).unwrap()
+}
+
 /// Room for every event a test produces.
 const TEST_EVENTS: usize = 256;
 
