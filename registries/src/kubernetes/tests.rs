@@ -1,0 +1,1 @@
+//! Kubernetes registry tests against the fake API server.
