@@ -24,6 +24,7 @@
 //! watch requests each kind received.
 
 mod http;
+pub mod objects;
 mod selector;
 mod store;
 
