@@ -307,6 +307,19 @@ impl FakeApiServer {
         }));
     }
 
+    /// Ends the open watches of a kind normally (as a server-side watch timeout does); clients
+    /// resume from their last resourceVersion.
+    pub fn end_watches<K>(&self)
+    where
+        K: Resource<DynamicType = ()>,
+        K::Scope: 'static,
+    {
+        let store = lock(&self.shared.store);
+        let _ = store.notices.send(Arc::new(Notice::End {
+            resource: ResourceType::of::<K>(),
+        }));
+    }
+
     /// Compacts the history of a kind without touching open watches: a client that resumes a
     /// watch from an older version will be told 410.
     pub fn compact<K>(&self)

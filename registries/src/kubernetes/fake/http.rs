@@ -189,14 +189,13 @@ async fn handle(
         fields,
     };
     let watching = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
-    let counter = |f: fn(&mut super::RequestCounts)| {
-        f(lock(&shared.counts).entry(target.rt.clone()).or_default());
-    };
     if watching {
-        counter(|c| c.watches += 1);
         watch(&shared, target.rt, filter, &q, down)
     } else {
-        counter(|c| c.lists += 1);
+        lock(&shared.counts)
+            .entry(target.rt.clone())
+            .or_default()
+            .lists += 1;
         list(&shared, &target.rt, filter, &q).await
     }
 }
@@ -368,6 +367,9 @@ fn watch(
     // `expired`: the backlog is one ERROR event and the watch ends after it.
     let (backlog, expired, mut live): (Vec<Bytes>, bool, broadcast::Receiver<Arc<Notice>>) = {
         let store = lock(&shared.store);
+        // Counted under the store lock, which is also held while subscribing below: a test that
+        // sees the count can rely on the watch receiving whatever it changes next.
+        lock(&shared.counts).entry(rt.clone()).or_default().watches += 1;
         let Some(c) = store.collections.get(&rt) else {
             return failure(StatusCode::NOT_FOUND, "NotFound", "unknown resource");
         };
@@ -448,6 +450,7 @@ fn watch(
                             .await;
                         return;
                     }
+                    Notice::End { resource } if *resource == rt => return,
                     _ => None,
                 },
                 // Fell behind: end the watch; the client resumes from its last version.

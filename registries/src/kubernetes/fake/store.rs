@@ -58,6 +58,8 @@ pub(crate) enum Notice {
     Bookmark { resource: ResourceType, rv: u64 },
     /// End watches of `resource` with an ERROR event (410 Expired): their version is compacted.
     Expire { resource: ResourceType, rv: u64 },
+    /// End watches of `resource` normally, as when their `timeoutSeconds` elapse.
+    End { resource: ResourceType },
 }
 
 /// One resource type's objects and history.

@@ -37,9 +37,14 @@ impl KubeDriver {
         let eps: Vec<SliceEndpoint> = self.services[name]
             .iter()
             .enumerate()
-            .map(|(i, ip)| SliceEndpoint::ready(ip).pod(&format!("{name}-{i}")).node("node-a"))
+            .map(|(i, ip)| {
+                SliceEndpoint::ready(ip)
+                    .pod(&format!("{name}-{i}"))
+                    .node("node-a")
+            })
             .collect();
-        let slice = objects::endpoint_slice(NS, &format!("{name}-x1"), name, &[("http", 8080)], &eps);
+        let slice =
+            objects::endpoint_slice(NS, &format!("{name}-x1"), name, &[("http", 8080)], &eps);
         Ok(self.cluster.server.apply(&slice)?)
     }
 }
