@@ -60,12 +60,6 @@ impl Shards {
         self.deps.values().map(|d| d.pending).sum()
     }
 
-    /// Hostnames currently reported.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.states.len()
-    }
-
     fn index_slice(&mut self, ns: &str, name: &str, owner: Option<String>) {
         let key = (ns.to_string(), name.to_string());
         if let Some(old) = self.owner_of.remove(&key)
