@@ -56,7 +56,11 @@ fn protocol_from_app_protocol_then_port_name() {
         ("http", Some("tcp"), Protocol::Tcp),
     ];
     for (name, app, want) in cases {
-        assert_eq!(protocol(name, app), want, "name {name:?} appProtocol {app:?}");
+        assert_eq!(
+            protocol(name, app),
+            want,
+            "name {name:?} appProtocol {app:?}"
+        );
     }
 }
 
@@ -73,15 +77,35 @@ fn slice_conditions_map_like_istiod() {
         (None, false, Healthy),
         (Some(c(None, None, None)), false, Healthy),
         (Some(c(Some(true), Some(true), Some(false))), false, Healthy),
-        (Some(c(Some(false), Some(true), Some(true))), false, Terminating),
+        (
+            Some(c(Some(false), Some(true), Some(true))),
+            false,
+            Terminating,
+        ),
         (Some(c(Some(false), Some(true), Some(true))), true, Draining),
-        (Some(c(Some(false), Some(false), Some(true))), true, Terminating),
+        (
+            Some(c(Some(false), Some(false), Some(true))),
+            true,
+            Terminating,
+        ),
         (Some(c(Some(false), None, None)), false, Terminating),
-        (Some(c(Some(false), Some(false), Some(false))), false, Unhealthy),
-        (Some(c(Some(false), Some(true), Some(false))), true, Unhealthy),
+        (
+            Some(c(Some(false), Some(false), Some(false))),
+            false,
+            Unhealthy,
+        ),
+        (
+            Some(c(Some(false), Some(true), Some(false))),
+            true,
+            Unhealthy,
+        ),
     ];
     for (cond, persistent, want) in rows {
-        assert_eq!(slice_health(cond.as_ref(), persistent), want, "{cond:?} persistent={persistent}");
+        assert_eq!(
+            slice_health(cond.as_ref(), persistent),
+            want,
+            "{cond:?} persistent={persistent}"
+        );
     }
 }
 
@@ -93,7 +117,10 @@ fn cluster_ip_headless_and_external_name_services() {
     let s = &c.state.service;
     assert_eq!(s.hostname.as_str(), "web.ns.svc.cluster.local");
     assert_eq!(s.resolution, Resolution::Static);
-    assert_eq!(s.vips[&ClusterId::new("east")], ["10.96.0.1".parse::<IpAddr>().unwrap()]);
+    assert_eq!(
+        s.vips[&ClusterId::new("east")],
+        ["10.96.0.1".parse::<IpAddr>().unwrap()]
+    );
     assert_eq!(s.ports[1].name, "port-81", "an unnamed port gets a name");
     assert_eq!(s.origin, ctx().origin);
 
@@ -118,7 +145,13 @@ fn cluster_ip_headless_and_external_name_services() {
     let mut udp = objects::service("ns", "dns", "10.96.0.10", &[("dns", 53), ("dns-tcp", 53)]);
     udp.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
     let c = convert(&udp, &[], &lookup, &ctx()).unwrap();
-    let names: Vec<&str> = c.state.service.ports.iter().map(|p| p.name.as_str()).collect();
+    let names: Vec<&str> = c
+        .state
+        .service
+        .ports
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
     assert_eq!(names, ["dns-tcp"], "UDP ports are left out");
 }
 
@@ -128,8 +161,14 @@ fn endpoints_dedupe_across_slices_and_skip_fqdn_slices() {
     let mut node = objects::node("n1", "", "");
     node.metadata.labels = Some(
         [
-            ("failure-domain.beta.kubernetes.io/region".to_string(), "old-r".to_string()),
-            ("failure-domain.beta.kubernetes.io/zone".to_string(), "old-z".to_string()),
+            (
+                "failure-domain.beta.kubernetes.io/region".to_string(),
+                "old-r".to_string(),
+            ),
+            (
+                "failure-domain.beta.kubernetes.io/zone".to_string(),
+                "old-z".to_string(),
+            ),
             ("topology.istio.io/subzone".to_string(), "rack1".to_string()),
         ]
         .into(),
@@ -148,24 +187,55 @@ fn endpoints_dedupe_across_slices_and_skip_fqdn_slices() {
         "web-b",
         "web",
         &[("grpc", 9090)],
-        &[SliceEndpoint::ready("10.0.0.1").node("n1"), SliceEndpoint::ready("10.0.0.2")],
+        &[
+            SliceEndpoint::ready("10.0.0.1").node("n1"),
+            SliceEndpoint::ready("10.0.0.2"),
+        ],
     );
-    let mut fqdn = objects::endpoint_slice("ns", "web-c", "web", &[("http", 8080)], &[SliceEndpoint::ready("x.example")]);
+    let mut fqdn = objects::endpoint_slice(
+        "ns",
+        "web-c",
+        "web",
+        &[("http", 8080)],
+        &[SliceEndpoint::ready("x.example")],
+    );
     fqdn.address_type = "FQDN".into();
     let slices = [Arc::new(a), Arc::new(b), Arc::new(fqdn)];
     let mut persistent = svc.clone();
-    persistent.metadata.labels = Some([(endpoints::PERSISTENT_SESSION_LABEL.to_string(), "x".to_string())].into());
+    persistent.metadata.labels = Some(
+        [(
+            endpoints::PERSISTENT_SESSION_LABEL.to_string(),
+            "x".to_string(),
+        )]
+        .into(),
+    );
     let c = convert(&persistent, &slices, &lookup, &ctx()).unwrap();
     let eps = &c.state.endpoints;
     assert_eq!(eps.len(), 2, "{eps:?}");
     assert_eq!(eps[0].address, "10.0.0.1");
-    assert_eq!(eps[0].health, Health::Healthy, "the healthiest copy of an address wins");
-    assert_eq!(eps[0].ports.len(), 2, "ports from both slices: {:?}", eps[0].ports);
-    assert_eq!(eps[0].locality, Locality::parse("old-r/old-z/rack1"), "beta labels and subzone");
+    assert_eq!(
+        eps[0].health,
+        Health::Healthy,
+        "the healthiest copy of an address wins"
+    );
+    assert_eq!(
+        eps[0].ports.len(),
+        2,
+        "ports from both slices: {:?}",
+        eps[0].ports
+    );
+    assert_eq!(
+        eps[0].locality,
+        Locality::parse("old-r/old-z/rack1"),
+        "beta labels and subzone"
+    );
     assert_eq!(c.nodes.iter().collect::<Vec<_>>(), ["n1"]);
     // Without the persistent-session label the terminating copy is dropped, the other kept.
     let c = convert(&svc, &slices[..1], &lookup, &ctx()).unwrap();
-    assert!(c.state.endpoints.is_empty(), "terminating endpoints leave at once (BUG-1)");
+    assert!(
+        c.state.endpoints.is_empty(),
+        "terminating endpoints leave at once (BUG-1)"
+    );
     let c = convert(&persistent, &slices[..1], &lookup, &ctx()).unwrap();
     assert_eq!(c.state.endpoints[0].health, Health::Draining);
 }
@@ -179,12 +249,22 @@ fn an_endpoint_of_an_unknown_pod_is_held_and_counted() {
         "web-a",
         "web",
         &[("http", 8080)],
-        &[SliceEndpoint::ready("10.0.0.1").pod("p1"), SliceEndpoint::ready("10.0.0.2")],
+        &[
+            SliceEndpoint::ready("10.0.0.1").pod("p1"),
+            SliceEndpoint::ready("10.0.0.2"),
+        ],
     ));
     let c = convert(&svc, std::slice::from_ref(&slice), &lookup, &ctx()).unwrap();
     assert_eq!(c.pending_pods, 1);
-    assert_eq!(c.state.endpoints.len(), 1, "the endpoint without a targetRef is served");
-    assert!(c.pods.contains(&("ns".to_string(), "p1".to_string())), "the pod is watched for");
+    assert_eq!(
+        c.state.endpoints.len(),
+        1,
+        "the endpoint without a targetRef is served"
+    );
+    assert!(
+        c.pods.contains(&("ns".to_string(), "p1".to_string())),
+        "the pod is watched for"
+    );
     lookup.pods.insert(
         ("ns".into(), "p1".into()),
         Arc::new(objects::pod("ns", "p1", &[("v", "1")], "sa1", "n9")),
@@ -192,6 +272,9 @@ fn an_endpoint_of_an_unknown_pod_is_held_and_counted() {
     let c = convert(&svc, &[slice], &lookup, &ctx()).unwrap();
     assert_eq!(c.pending_pods, 0);
     assert_eq!(c.state.endpoints.len(), 2);
-    assert_eq!(c.state.service.service_accounts, ["spiffe://example.org/ns/ns/sa/sa1"]);
+    assert_eq!(
+        c.state.service.service_accounts,
+        ["spiffe://example.org/ns/ns/sa/sa1"]
+    );
     assert_eq!(c.state.endpoints[0].labels["kubernetes.io/hostname"], "n9");
 }

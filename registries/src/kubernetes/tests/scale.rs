@@ -26,22 +26,41 @@ fn ready(i: usize) -> SliceEndpoint {
 async fn scale_three_to_one_removes_endpoints_within_a_second() {
     // REG-4, BUG-1
     let c = FakeCluster::start().await;
-    c.add_service("shop", "web", "10.96.0.10", &["10.1.0.1", "10.1.0.2", "10.1.0.3"]);
+    c.add_service(
+        "shop",
+        "web",
+        "10.96.0.10",
+        &["10.1.0.1", "10.1.0.2", "10.1.0.3"],
+    );
     let mut run = Run::start(config("kube", "c1", &c.kubeconfig));
-    run.wait("three endpoints", |r| r.synced && r.endpoints(HOST).len() == 3).await;
+    run.wait("three endpoints", |r| {
+        r.synced && r.endpoints(HOST).len() == 3
+    })
+    .await;
 
     // The EndpointSlice controller first marks the two going away as terminating (still
     // serving), later drops them from the slice.
     let start = Instant::now();
     c.server
-        .apply(&slice_of(&[ready(0), ready(1).terminating(), ready(2).terminating()]))
+        .apply(&slice_of(&[
+            ready(0),
+            ready(1).terminating(),
+            ready(2).terminating(),
+        ]))
         .unwrap();
-    run.wait("one endpoint left", |r| r.endpoints(HOST) == ["10.1.0.1"]).await;
+    run.wait("one endpoint left", |r| r.endpoints(HOST) == ["10.1.0.1"])
+        .await;
     let took = start.elapsed();
-    assert!(took < Duration::from_secs(1), "terminating endpoints left after {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "terminating endpoints left after {took:?}"
+    );
     c.server.apply(&slice_of(&[ready(0)])).unwrap();
     let later = run.settle(Duration::from_millis(500)).await;
-    assert!(later.is_empty(), "dropping already-terminated endpoints changes nothing: {later:?}");
+    assert!(
+        later.is_empty(),
+        "dropping already-terminated endpoints changes nothing: {later:?}"
+    );
     eprintln!("scale 3->1: terminating endpoints left the registry's output after {took:?}");
 }
 
@@ -49,9 +68,23 @@ async fn scale_three_to_one_removes_endpoints_within_a_second() {
 async fn endpoints_wait_for_their_pods_and_carry_pod_and_node_metadata() {
     let c = FakeCluster::start().await;
     let s = &c.server;
-    s.apply(&objects::node("node-b", "eu-west", "eu-west-2b")).unwrap();
-    s.apply(&objects::service("shop", "web", "10.96.0.10", &[("http", 80)])).unwrap();
-    s.apply(&objects::pod("shop", "web-0", &[("app", "web")], "web-sa", "node-b")).unwrap();
+    s.apply(&objects::node("node-b", "eu-west", "eu-west-2b"))
+        .unwrap();
+    s.apply(&objects::service(
+        "shop",
+        "web",
+        "10.96.0.10",
+        &[("http", 80)],
+    ))
+    .unwrap();
+    s.apply(&objects::pod(
+        "shop",
+        "web-0",
+        &[("app", "web")],
+        "web-sa",
+        "node-b",
+    ))
+    .unwrap();
     let eps = [
         SliceEndpoint::ready("10.1.0.1").pod("web-0"),
         SliceEndpoint::ready("10.1.0.2").pod("web-1"),
@@ -59,9 +92,16 @@ async fn endpoints_wait_for_their_pods_and_carry_pod_and_node_metadata() {
     s.apply(&slice_of(&eps)).unwrap();
     let mut run = Run::start(config("kube", "c1", &c.kubeconfig));
     run.wait("synced", |r| r.synced).await;
-    assert_eq!(run.endpoints(HOST), ["10.1.0.1"], "the endpoint of the unknown pod is held");
+    assert_eq!(
+        run.endpoints(HOST),
+        ["10.1.0.1"],
+        "the endpoint of the unknown pod is held"
+    );
     let ep = &run.view[&Hostname::new(HOST).unwrap()].endpoints[0];
-    assert_eq!(ep.service_account, "spiffe://cluster.local/ns/shop/sa/web-sa");
+    assert_eq!(
+        ep.service_account,
+        "spiffe://cluster.local/ns/shop/sa/web-sa"
+    );
     assert_eq!(ep.locality, Locality::parse("eu-west/eu-west-2b/"));
     assert_eq!(ep.labels["app"], "web");
     assert_eq!(ep.labels["topology.istio.io/cluster"], "c1");
@@ -71,12 +111,16 @@ async fn endpoints_wait_for_their_pods_and_carry_pod_and_node_metadata() {
     s.apply(&objects::pod(
         "shop",
         "web-1",
-        &[("app", "web"), ("topology.istio.io/locality", "ap.ap-1.rack7")],
+        &[
+            ("app", "web"),
+            ("topology.istio.io/locality", "ap.ap-1.rack7"),
+        ],
         "web-sa",
         "node-b",
     ))
     .unwrap();
-    run.wait("the held endpoint", |r| r.endpoints(HOST).len() == 2).await;
+    run.wait("the held endpoint", |r| r.endpoints(HOST).len() == 2)
+        .await;
     let ep = &run.view[&Hostname::new(HOST).unwrap()].endpoints[1];
     assert_eq!(ep.locality, Locality::parse("ap/ap-1/rack7"));
     assert_eq!(ep.health, Health::Healthy);
@@ -88,14 +132,26 @@ async fn slices_merge_and_a_deleted_slice_removes_only_its_endpoints() {
     let c = FakeCluster::start().await;
     c.add_service("shop", "web", "10.96.0.10", &["10.1.0.1", "10.1.0.2"]);
     c.server
-        .apply(&objects::pod("shop", "web-x", &[("app", "web")], "web", "node-a"))
+        .apply(&objects::pod(
+            "shop",
+            "web-x",
+            &[("app", "web")],
+            "web",
+            "node-a",
+        ))
         .unwrap();
     let second = [
         SliceEndpoint::ready("10.1.0.2").pod("web-1").node("node-a"),
         SliceEndpoint::ready("10.1.0.7").pod("web-x").node("node-a"),
     ];
     c.server
-        .apply(&objects::endpoint_slice("shop", "web-2", "web", &[("http", 8080)], &second))
+        .apply(&objects::endpoint_slice(
+            "shop",
+            "web-2",
+            "web",
+            &[("http", 8080)],
+            &second,
+        ))
         .unwrap();
     let mut run = Run::start(config("kube", "c1", &c.kubeconfig));
     run.wait("synced", |r| r.synced).await;
@@ -131,5 +187,8 @@ async fn namespaces_and_label_selector_limit_what_is_served() {
     assert_eq!(hosts, ["api.shop.svc.cluster.local"]);
     let svc = &run.view[&Hostname::new("api.shop.svc.cluster.local").unwrap()].service;
     assert_eq!(svc.ports[0].protocol, crate::model::Protocol::Grpc);
-    assert_eq!(svc.vips[&crate::model::ClusterId::new("c1")], ["10.96.0.12".parse::<std::net::IpAddr>().unwrap()]);
+    assert_eq!(
+        svc.vips[&crate::model::ClusterId::new("c1")],
+        ["10.96.0.12".parse::<std::net::IpAddr>().unwrap()]
+    );
 }
