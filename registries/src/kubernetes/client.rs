@@ -126,6 +126,11 @@ impl Credentials {
         seen: ApiSuccesses,
     ) -> Result<Client, ClientError> {
         let config = self.config().await?;
+        // kube builds its rustls config with the process-wide crypto provider, which rustls cannot
+        // choose by itself once two providers are compiled in (ring here, aws-lc-rs from another
+        // crate's defaults). Installing ring first makes that choice; a provider already
+        // installed by someone else is kept.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(ClientBuilder::try_from(config)?
             .with_layer(&rate)
             .with_layer(&ObserveLayer(seen))
