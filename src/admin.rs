@@ -128,7 +128,7 @@ fn route(state: &AdminState, req: Request<Incoming>) -> Reply {
         "/debug/endpointz" | "/debug/endpointShardz" => {
             json_reply(&debug::endpointz(state), pretty)
         }
-        "/debug/configz" => json_reply(&json!(*state.config), pretty),
+        "/debug/configz" => json_reply(&debug::configz(state), pretty),
         "/debug/push_status" => json_reply(&debug::push_status(state), pretty),
         "/debug/syncz" => json_reply(&state.xds.syncz(), pretty),
         "/debug/adsz" if query.get("push").is_some_and(|v| v == "true") => {

@@ -24,8 +24,9 @@
 //! `Degraded` and withdraw nothing: the stores keep their contents until a successful list
 //! replaces them, and kube-runtime retries with our backoff.
 
-mod backoff;
-mod client;
+// Shared with the ServiceEntry registry's CRD source (same client, rate limit and backoff).
+pub(crate) mod backoff;
+pub(crate) mod client;
 mod cluster;
 mod config;
 mod convert;

@@ -5,7 +5,8 @@
 //! - the [`Registry`] trait: a registry runs as its own task and reports what it knows through a
 //!   [`RegistrySink`] as batches of [`Change`]s keyed by hostname, plus a "synced" signal once its
 //!   initial listing is complete, plus its health;
-//! - the adapters themselves, one folder each (today: [`mock`] and [`kubernetes`]);
+//! - the adapters themselves, one folder each (today: [`mock`], [`kubernetes`] and
+//!   [`serviceentry`]);
 //! - `test_util` (tests and the `test-util` feature): the conformance test every adapter passes.
 //!
 //! It does **not** merge registries, debounce, build Envoy resources or speak xDS: that is the
@@ -18,6 +19,7 @@ pub mod kubernetes;
 pub mod mock;
 pub mod model;
 mod registry;
+pub mod serviceentry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 
@@ -27,4 +29,5 @@ pub use model::{
 };
 pub use registry::{
     Change, Registry, RegistryError, RegistryEvent, RegistryMessage, RegistrySink, RegistryStatus,
+    Rejection,
 };

@@ -40,7 +40,8 @@ mod convert;
 mod delivery;
 mod demo;
 mod diff;
-mod file_format;
+// Its YAML line locator is shared with the ServiceEntry registry.
+pub(crate) mod file_format;
 mod handle;
 mod layers;
 mod watch;

@@ -128,6 +128,11 @@ pub struct ServicePort {
     pub port: u16,
     /// The application protocol.
     pub protocol: Protocol,
+    /// The port on the destination when it differs from `port` and an endpoint does not name its
+    /// own (a ServiceEntry's `targetPort`). For passthrough services it becomes the ORIGINAL_DST
+    /// cluster's `upstream_port_override`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_port: Option<u16>,
 }
 
 /// How the proxy finds the instances of a service.
@@ -296,6 +301,13 @@ pub struct Service {
     pub labels: BTreeMap<String, String>,
     /// Service accounts its workloads run as, sorted.
     pub service_accounts: Vec<String>,
+    /// The namespace of the object that defined it (a Kubernetes Service or a ServiceEntry);
+    /// empty for registries without namespaces.
+    pub namespace: String,
+    /// Namespaces the service is exported to (Istio's `exportTo`: `.` for its own, `*` for all,
+    /// `~` for none); empty means all. Recorded for `/debug/registryz`; proxies are not yet
+    /// filtered by namespace.
+    pub export_to: Vec<String>,
     /// Where this service definition came from.
     pub origin: Origin,
 }
@@ -313,7 +325,7 @@ pub struct Endpoint {
     /// An IP address (static resolution), a DNS name (DNS resolution) or `unix://` path.
     pub address: String,
     /// Service port name → the port this endpoint listens on for it. A service port missing here
-    /// is served on the same number as the service port.
+    /// is served on its `target_port`, or else on the service port's own number.
     pub ports: BTreeMap<String, u16>,
     /// Workload labels.
     pub labels: BTreeMap<String, String>,
@@ -332,9 +344,14 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// The port this endpoint serves `port` on.
+    /// The port this endpoint serves `port` on: its own port for that name, else the service
+    /// port's `target_port`, else the service port's number (Istio's order for WorkloadEntries).
     pub fn port_for(&self, port: &ServicePort) -> u16 {
-        self.ports.get(&port.name).copied().unwrap_or(port.port)
+        self.ports
+            .get(&port.name)
+            .copied()
+            .or(port.target_port)
+            .unwrap_or(port.port)
     }
 }
 

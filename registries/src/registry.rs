@@ -5,8 +5,15 @@
 //! happen. When its platform fails it reports [`RegistryStatus::Degraded`] and keeps quiet about
 //! data: the aggregate keeps serving what it last reported (a failing registry never wipes what it
 //! served before). Events only flow one way, registry → aggregate, over a bounded channel.
+//!
+//! A registry that reads user-written config objects (ServiceEntries, say) also reports the
+//! objects it rejected, as [`RegistryEvent::Rejected`], so that they show in `/debug/configz`
+//! beside everything that is served (REG-11).
+
+use std::fmt;
 
 use futures::future::BoxFuture;
+use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::model::{Hostname, RegistryId, ServiceState};
@@ -42,6 +49,32 @@ pub enum RegistryStatus {
     },
 }
 
+/// A config object (or a file of them) a registry could not accept, with where and why.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Rejection {
+    /// The object: `ServiceEntry shop/payments`, or a file when it could not be read whole.
+    pub object: String,
+    /// Where it came from: `/etc/se/payments.yaml:12` (the line of the bad field), or the API it
+    /// was read from (`networking.istio.io/v1 in cluster Kubernetes`).
+    pub source: String,
+    /// The field at fault (`spec.ports[1].number`); empty when the whole object is.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+    /// Whether an earlier valid version of the object is still served in its place.
+    pub serving_previous: bool,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.object, self.source)?;
+        if !self.field.is_empty() {
+            write!(f, " {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
 /// Something a registry reports.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RegistryEvent {
@@ -52,6 +85,10 @@ pub enum RegistryEvent {
     Synced,
     /// The registry's health changed.
     Status(RegistryStatus),
+    /// The complete list of config objects the registry currently rejects, replacing the list it
+    /// reported before (an empty list: none). Sent only by registries that read config objects,
+    /// and only when the list changes.
+    Rejected(Vec<Rejection>),
 }
 
 /// A [`RegistryEvent`] with the registry that sent it.
@@ -123,6 +160,11 @@ impl RegistrySink {
     /// Reports the registry's health.
     pub async fn status(&self, status: RegistryStatus) -> Result<(), RegistryError> {
         self.send(RegistryEvent::Status(status)).await
+    }
+
+    /// Reports the complete list of rejected config objects.
+    pub async fn rejected(&self, rejections: Vec<Rejection>) -> Result<(), RegistryError> {
+        self.send(RegistryEvent::Rejected(rejections)).await
     }
 }
 

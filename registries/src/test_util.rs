@@ -283,6 +283,8 @@ impl Harness {
                 self.synced = true;
             }
             RegistryEvent::Status(status) => self.status = status,
+            // Rejected config objects are not part of the data contract checked here.
+            RegistryEvent::Rejected(_) => {}
             RegistryEvent::Changes(changes) => {
                 assert!(!changes.is_empty(), "no empty Changes batches");
                 for change in changes {

@@ -23,7 +23,10 @@ pub const HANDLERS: &[(&str, &str)] = &[
         "/debug/endpointz",
         "Endpoints of every service, by registry/cluster shard",
     ),
-    ("/debug/configz", "The effective configuration"),
+    (
+        "/debug/configz",
+        "The effective configuration, and the config objects registries rejected",
+    ),
     (
         "/debug/push_status",
         "Input that could not be turned into valid Envoy config",
@@ -60,6 +63,8 @@ pub fn registryz(state: &AdminState) -> Value {
                         "location": m.service.location,
                         "labels": m.service.labels,
                         "serviceAccounts": m.service.service_accounts,
+                        "namespace": m.service.namespace,
+                        "exportTo": m.service.export_to,
                         "origin": m.service.origin,
                         "registries": m.registries,
                         "endpoints": m.endpoints.len(),
@@ -70,6 +75,34 @@ pub fn registryz(state: &AdminState) -> Value {
         })
         .unwrap_or_default();
     json!({ "serving": view.serving, "registries": view.registries, "services": services })
+}
+
+/// `/debug/configz`: the effective configuration, plus `rejected`: every config object a registry
+/// currently rejects (a ServiceEntry with a bad field, a half-written file), with the registry,
+/// where the object came from, the field and why (REG-11).
+pub fn configz(state: &AdminState) -> Value {
+    let view = state.registries.load();
+    let rejected: Vec<Value> = view
+        .registries
+        .iter()
+        .flat_map(|r| {
+            r.rejected.iter().map(move |x| {
+                json!({
+                    "registry": r.id,
+                    "object": x.object,
+                    "source": x.source,
+                    "field": x.field,
+                    "message": x.message,
+                    "servingPrevious": x.serving_previous,
+                })
+            })
+        })
+        .collect();
+    let mut out = json!(*state.config);
+    if let Value::Object(map) = &mut out {
+        map.insert("rejected".to_string(), Value::Array(rejected));
+    }
+    out
 }
 
 /// `/debug/endpointz`: hostname → shard (`<registry>/<cluster>`) → endpoints, like istiod's

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
-use tributary_registries::{RegistryId, RegistryStatus};
+use tributary_registries::{RegistryId, RegistryStatus, Rejection};
 
 /// Where a registry is in its initial sync.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -45,6 +45,8 @@ pub struct RegistryInfo {
     /// When it last reported anything.
     #[serde(with = "crate::config::rfc3339_opt")]
     pub last_event: Option<SystemTime>,
+    /// Config objects it currently rejects (REG-11), as it last reported them.
+    pub rejected: Vec<Rejection>,
 }
 
 impl RegistryInfo {
@@ -56,6 +58,7 @@ impl RegistryInfo {
             degraded_since: None,
             services: 0,
             last_event: None,
+            rejected: Vec::new(),
         }
     }
 }

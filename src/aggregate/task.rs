@@ -219,6 +219,14 @@ impl Aggregate {
                 }
                 info.status = status;
             }
+            RegistryEvent::Rejected(rejected) => {
+                let info = &mut self.registries[pos];
+                // The registry logs each rejection as it happens; this is the summary.
+                if rejected.len() != info.rejected.len() {
+                    info!(registry = %info.id, rejected = rejected.len(), "rejected config objects changed");
+                }
+                info.rejected = rejected;
+            }
         }
         self.publish_view();
     }
@@ -300,11 +308,11 @@ impl Aggregate {
             metrics::gauge!("tributary_registry_synced", "registry" => label.clone())
                 .set(if synced { 1.0 } else { 0.0 });
             let degraded = matches!(info.status, RegistryStatus::Degraded { .. });
-            metrics::gauge!("tributary_registry_degraded", "registry" => label).set(if degraded {
-                1.0
-            } else {
-                0.0
-            });
+            metrics::gauge!("tributary_registry_degraded", "registry" => label.clone()).set(
+                if degraded { 1.0 } else { 0.0 },
+            );
+            metrics::gauge!("tributary_registry_rejected_objects", "registry" => label)
+                .set(info.rejected.len() as f64);
         }
         self.view.publish(self.registries.clone(), self.serving);
     }

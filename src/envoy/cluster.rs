@@ -2,15 +2,18 @@
 //!
 //! The cluster type follows the service's resolution: `Static` → EDS over ADS, `Dns` → STRICT_DNS
 //! and `DnsRoundRobin` → LOGICAL_DNS with their endpoints inline (no EDS subscription, REG-17),
-//! `Passthrough` → ORIGINAL_DST. HTTP/2 and gRPC ports speak HTTP/2 upstream.
+//! `Passthrough` → ORIGINAL_DST (a port's `target_port` becomes `upstream_port_override`, as istiod
+//! does for a ServiceEntry with resolution NONE). HTTP/2 and gRPC ports speak HTTP/2 upstream.
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
-    ClusterDiscoveryType, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbPolicy,
+    ClusterDiscoveryType, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbConfig, LbPolicy,
+    OriginalDstLbConfig,
 };
 use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
     ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
 };
@@ -75,6 +78,14 @@ fn cluster(
         }
         Resolution::Passthrough => {
             c.lb_policy = LbPolicy::ClusterProvided as i32;
+            if let Some(target) = port.target_port.filter(|t| *t != port.port) {
+                c.lb_config = Some(LbConfig::OriginalDstLbConfig(OriginalDstLbConfig {
+                    upstream_port_override: Some(UInt32Value {
+                        value: u32::from(target),
+                    }),
+                    ..Default::default()
+                }));
+            }
             DiscoveryType::OriginalDst
         }
     };

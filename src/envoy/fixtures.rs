@@ -17,6 +17,7 @@ pub(crate) fn port(name: &str, port: u16, protocol: Protocol) -> ServicePort {
         name: name.to_string(),
         port,
         protocol,
+        target_port: None,
     }
 }
 
@@ -57,6 +58,8 @@ pub(crate) fn merged(
             location: MeshLocation::MeshInternal,
             labels: BTreeMap::new(),
             service_accounts: Vec::new(),
+            namespace: String::new(),
+            export_to: Vec::new(),
             origin: origin("mock"),
         },
         endpoints,

@@ -117,6 +117,7 @@ fn ports(svc: &KubeService) -> (Vec<ServicePort>, BTreeMap<String, String>) {
             name: name.clone(),
             port: number,
             protocol: protocol(&kube_name, p.app_protocol.as_deref()),
+            target_port: None,
         });
         names.insert(kube_name, name);
     }
@@ -192,6 +193,8 @@ pub(crate) fn convert(
                 location,
                 labels,
                 service_accounts: service_accounts.into_iter().collect(),
+                namespace: namespace.to_string(),
+                export_to: Vec::new(),
                 origin: ctx.origin.clone(),
             },
             endpoints: converted.list,

@@ -129,6 +129,7 @@ impl Run {
                 self.synced = true;
             }
             RegistryEvent::Status(s) => self.status = s,
+            RegistryEvent::Rejected(_) => {}
             RegistryEvent::Changes(changes) => {
                 assert!(!changes.is_empty(), "no empty batches");
                 for c in changes {

@@ -29,7 +29,7 @@
 //! all.
 
 mod errors;
-mod locate;
+pub(crate) mod locate;
 #[cfg(test)]
 mod tests;
 
@@ -278,6 +278,7 @@ impl ServiceSpec {
                 name: p.name.clone(),
                 port: p.port,
                 protocol: p.protocol,
+                target_port: None,
             });
         }
         let endpoints =
@@ -300,6 +301,8 @@ impl ServiceSpec {
                 location: self.location,
                 labels: self.labels.clone(),
                 service_accounts,
+                namespace: String::new(),
+                export_to: Vec::new(),
                 origin: origin.clone(),
             },
             endpoints,

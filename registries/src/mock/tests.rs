@@ -117,6 +117,7 @@ pub(super) fn summary(events: &[RegistryEvent]) -> Vec<String> {
             RegistryEvent::Synced => "synced".to_string(),
             RegistryEvent::Status(crate::RegistryStatus::Healthy) => "healthy".to_string(),
             RegistryEvent::Status(crate::RegistryStatus::Degraded { .. }) => "degraded".to_string(),
+            RegistryEvent::Rejected(r) => format!("rejected/{}", r.len()),
             RegistryEvent::Changes(changes) => changes
                 .iter()
                 .map(|c| match c {

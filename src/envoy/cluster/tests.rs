@@ -193,6 +193,44 @@ fn passthrough_is_original_dst_with_cluster_provided_lb() {
     assert_eq!(discovery_type(&cs[0]), DiscoveryType::OriginalDst);
     assert_eq!(cs[0].lb_policy, LbPolicy::ClusterProvided as i32);
     assert!(cs[0].load_assignment.is_none() && cs[0].eds_cluster_config.is_none());
+    assert!(cs[0].lb_config.is_none(), "no target port, no override");
+}
+
+#[test]
+fn passthrough_target_port_becomes_the_upstream_port_override() {
+    // REG-17 / ecosystem §4: NONE resolution + targetPort → ORIGINAL_DST upstream_port_override.
+    let mut tcp = port("tcp", 3306, Protocol::Tcp);
+    tcp.target_port = Some(13306);
+    let mut same = port("tcp-same", 5432, Protocol::Tcp);
+    same.target_port = Some(5432);
+    let svc = with_resolution(merged("h.demo", vec![tcp, same], vec![]), Resolution::Passthrough);
+    let (cs, issues) = clusters(&svc);
+    assert!(issues.is_empty(), "{issues:?}");
+    let Some(LbConfig::OriginalDstLbConfig(o)) = &cs[0].lb_config else {
+        panic!("ORIGINAL_DST config on port 3306: {:?}", cs[0].lb_config)
+    };
+    assert_eq!(o.upstream_port_override.as_ref().map(|v| v.value), Some(13306));
+    assert!(!o.use_http_header, "the destination is never taken from a header");
+    assert!(cs[1].lb_config.is_none(), "a target port equal to the port needs no override");
+}
+
+#[test]
+fn a_target_port_is_the_default_endpoint_port_of_eds_and_dns_clusters() {
+    // Istio's order for a WorkloadEntry's port: its own port > targetPort > the port number.
+    let mut http = port("http", 80, Protocol::Http);
+    http.target_port = Some(8080);
+    let mut named = ep("api.example.com");
+    named.ports.insert("http".into(), 9090);
+    let svc = with_resolution(
+        merged("dns.demo", vec![http], vec![ep("backend.example.com"), named]),
+        Resolution::Dns,
+    );
+    let (cs, _) = clusters(&svc);
+    assert_eq!(discovery_type(&cs[0]), DiscoveryType::StrictDns);
+    assert_eq!(
+        inline_hosts(&cs[0]),
+        ["api.example.com:9090", "backend.example.com:8080"]
+    );
 }
 
 #[test]

@@ -1,0 +1,121 @@
+//! The ServiceEntry registry: Istio `ServiceEntry` and `WorkloadEntry` objects
+//! (`networking.istio.io/v1`, also `v1beta1` / `v1alpha3`), accepted unchanged from a watched
+//! directory of manifests and from a cluster's CRDs, converted the way istiod converts them.
+//!
+//! # Shape
+//!
+//! - `types`: the objects as written; `parse`: manifest text (or a CRD's JSON) → checked objects,
+//!   every problem with its field (and line, for files); `checks` + `validate`: Istio's
+//!   validation (REG-11) plus what tributary cannot serve.
+//! - `store`: an object per source with its last valid version; `files`: the directory source;
+//!   `cluster`: the CRD source (kube-runtime watchers, plus Pods for selectors).
+//! - `convert`: one entry + the workloads it selects → one service per host; `catalog`: every
+//!   object → the services served and the objects rejected.
+//! - `worker`: the task that owns it all and reports changes, rejections, health and sync.
+//!
+//! # Contract
+//!
+//! Every object of every source, then `Synced` once the directory was read and every CRD watch
+//! listed; then only real changes. An invalid object is reported (`RegistryEvent::Rejected`, a log
+//! line, `/debug/configz`) and every other object is still served; an object that becomes invalid
+//! keeps its last valid version. A source that fails (directory gone, API server unreachable)
+//! makes the registry `Degraded` and withdraws nothing.
+//!
+//! # Not done here
+//!
+//! Wildcard hosts and `DYNAMIC_DNS` (rejected, see `validate`); per-namespace visibility
+//! (`exportTo` is recorded on each service, and `~` hides an entry, but every proxy sees every
+//! other entry); writing status conditions back to the CRDs (read-only access suffices).
+
+mod catalog;
+mod checks;
+mod cluster;
+mod config;
+mod convert;
+mod files;
+mod parse;
+mod store;
+mod types;
+mod validate;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::model::RegistryId;
+use crate::registry::{Registry, RegistryError, RegistrySink};
+
+pub use config::{ConfigError, CrdSourceConfig, ServiceEntryConfig};
+pub use files::watch::WatchError;
+pub use types::{API_VERSIONS, GROUP};
+pub use worker::{FILE_DEBOUNCE, FILE_DEBOUNCE_MAX};
+
+use cluster::Settings;
+use convert::Context;
+use files::Directory;
+use worker::{AbortOnDrop, ClusterSource, FileSource, Worker};
+
+/// A ServiceEntry registry instance. Create it with [`ServiceEntryRegistry::new`], start it with
+/// [`Registry::run`].
+#[derive(Debug, Clone)]
+pub struct ServiceEntryRegistry {
+    config: ServiceEntryConfig,
+}
+
+impl ServiceEntryRegistry {
+    /// A registry for `config` (validated when it runs).
+    pub fn new(config: ServiceEntryConfig) -> Self {
+        Self { config }
+    }
+
+    async fn start(self, sink: RegistrySink) -> Result<(), RegistryError> {
+        let c = self.config;
+        c.validate()
+            .map_err(|e| RegistryError::Config(e.to_string()))?;
+        let ctx = Context {
+            origin: c.origin(),
+            trust_domain: c.trust_domain.clone(),
+        };
+        let files = match &c.directory {
+            Some(dir) => Some(FileSource::open(
+                Directory::new(dir.clone(), c.default_namespace.clone()),
+                c.rescan_interval,
+            )?),
+            None => None,
+        };
+        let cluster = c.kubernetes.clone().map(|k| {
+            let settings = Arc::new(Settings {
+                config: k,
+                cluster: c.cluster_id.clone(),
+            });
+            let (tx, rx) = mpsc::channel(cluster::EVENT_CAPACITY);
+            let span = tracing::info_span!("serviceentry_crds", cluster = %c.cluster_id);
+            let task = tokio::spawn(cluster::run(settings.clone(), tx).instrument(span));
+            ClusterSource::new(settings, rx, AbortOnDrop(task))
+        });
+        tracing::info!(
+            directory = ?c.directory,
+            crds = c.kubernetes.is_some(),
+            "ServiceEntry registry starting"
+        );
+        Worker::new(ctx, sink, files, cluster).run().await
+    }
+}
+
+impl Registry for ServiceEntryRegistry {
+    fn id(&self) -> RegistryId {
+        self.config.registry_id()
+    }
+
+    fn run(self: Box<Self>, sink: RegistrySink) -> BoxFuture<'static, Result<(), RegistryError>> {
+        let span = tracing::info_span!("serviceentry_registry", registry = %self.config.name);
+        self.start(sink).instrument(span).boxed()
+    }
+}
