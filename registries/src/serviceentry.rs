@@ -33,6 +33,8 @@ mod cluster;
 mod config;
 mod convert;
 mod files;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fixtures;
 mod parse;
 mod store;
 mod types;

@@ -308,9 +308,8 @@ impl Aggregate {
             metrics::gauge!("tributary_registry_synced", "registry" => label.clone())
                 .set(if synced { 1.0 } else { 0.0 });
             let degraded = matches!(info.status, RegistryStatus::Degraded { .. });
-            metrics::gauge!("tributary_registry_degraded", "registry" => label.clone()).set(
-                if degraded { 1.0 } else { 0.0 },
-            );
+            metrics::gauge!("tributary_registry_degraded", "registry" => label.clone())
+                .set(if degraded { 1.0 } else { 0.0 });
             metrics::gauge!("tributary_registry_rejected_objects", "registry" => label)
                 .set(info.rejected.len() as f64);
         }

@@ -13,10 +13,10 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
 use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
-use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
     ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
 };
+use envoy_types::pb::google::protobuf::UInt32Value;
 use tributary_registries::{Resolution, ServicePort};
 
 use super::endpoint::{AddressKind, Target, drafts, group_by_locality, resolve_targets};

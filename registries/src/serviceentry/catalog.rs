@@ -159,8 +159,10 @@ fn shadowed(
     owner: &ValidServiceEntry,
 ) -> Rejection {
     let why = match owner.meta.key.namespace == se.meta.key.namespace {
-        true => "in the same namespace with other ports or resolution (or DNS_ROUND_ROBIN, which \
-                 keeps one endpoint)",
+        true => {
+            "in the same namespace with other ports or resolution (or DNS_ROUND_ROBIN, which \
+                 keeps one endpoint)"
+        }
         false => "in another namespace (tributary serves one definition of a host to every proxy)",
     };
     Rejection {

@@ -103,7 +103,9 @@ pub(crate) fn validate_fqdn(name: &str) -> Result<(), String> {
             break;
         }
         if !is_dns1123_label(label) {
-            return Err(format!("domain name {name:?} invalid (label {label:?} invalid)"));
+            return Err(format!(
+                "domain name {name:?} invalid (label {label:?} invalid)"
+            ));
         }
     }
     Ok(())
@@ -157,9 +159,7 @@ pub(crate) fn validate_label(key: &str, value: &str) -> Result<(), String> {
     };
     let key_ok = match key.split_once('/') {
         Some((prefix, name)) => {
-            prefix.len() <= 253
-                && prefix.split('.').all(is_dns1123_label)
-                && name_ok(name)
+            prefix.len() <= 253 && prefix.split('.').all(is_dns1123_label) && name_ok(name)
         }
         None => name_ok(key),
     };
@@ -282,8 +282,14 @@ mod tests {
         assert!(validate_unix_address("relative.sock").is_err());
         assert!(validate_unix_address("/dir/").is_err());
         assert_eq!(SeProtocol::parse("grpc-web"), Some(SeProtocol::GrpcWeb));
-        assert_eq!(SeProtocol::parse("Mongo").and_then(SeProtocol::to_model), Some(Protocol::Tcp));
-        assert_eq!(SeProtocol::parse("UDP").and_then(SeProtocol::to_model), None);
+        assert_eq!(
+            SeProtocol::parse("Mongo").and_then(SeProtocol::to_model),
+            Some(Protocol::Tcp)
+        );
+        assert_eq!(
+            SeProtocol::parse("UDP").and_then(SeProtocol::to_model),
+            None
+        );
         assert_eq!(SeProtocol::parse("SCTP"), None);
         let path = FieldPath::spec().key("ports").index(1).key("number");
         assert_eq!(path.to_string(), "spec.ports[1].number");

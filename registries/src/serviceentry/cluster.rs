@@ -156,7 +156,10 @@ pub(crate) async fn run(settings: Arc<Settings>, tx: mpsc::Sender<ClusterEvent>)
     let mut reported: Option<String> = None;
     let client = loop {
         let built = match &credentials {
-            Ok(creds) => creds.client(rate, seen.clone()).await.map_err(|e| e.to_string()),
+            Ok(creds) => creds
+                .client(rate, seen.clone())
+                .await
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match built {
@@ -243,9 +246,8 @@ pub(crate) async fn run(settings: Arc<Settings>, tx: mpsc::Sender<ClusterEvent>)
 /// Starts every watch; the stream never ends (errors are items, retried with backoff inside).
 fn start(client: &Client, s: &Settings) -> SelectAll<BoxStream<'static, (Scope, Item)>> {
     let c = &s.config;
-    let config = watcher::Config::default().timeout(
-        u32::try_from(c.watch_timeout.as_secs()).unwrap_or(290),
-    );
+    let config =
+        watcher::Config::default().timeout(u32::try_from(c.watch_timeout.as_secs()).unwrap_or(290));
     let backoff = RetryBackoff::new(c.retry_initial, c.retry_max);
     let mut streams = SelectAll::new();
     for scope in s.scopes() {
@@ -258,7 +260,9 @@ fn start(client: &Client, s: &Settings) -> SelectAll<BoxStream<'static, (Scope, 
                     Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
                     None => Api::all_with(client.clone(), &ar),
                 };
-                watch(api, config.clone(), backoff.clone(), move |o| config_object(kind, o))
+                watch(api, config.clone(), backoff.clone(), move |o| {
+                    config_object(kind, o)
+                })
             }
             None => {
                 let api: Api<Pod> = match ns {

@@ -216,7 +216,10 @@ mod tests {
         assert_eq!(c.origin().registry.as_str(), "serviceentry");
         assert_eq!(c.default_namespace, "default");
         let err = serde_yaml::from_str::<ServiceEntryConfig>("dirctory: x").unwrap_err();
-        assert!(err.to_string().contains("unknown field `dirctory`"), "{err}");
+        assert!(
+            err.to_string().contains("unknown field `dirctory`"),
+            "{err}"
+        );
 
         let none: ServiceEntryConfig = serde_yaml::from_str("{}").unwrap();
         assert!(matches!(none.validate(), Err(ConfigError::NoSource { .. })));
@@ -233,6 +236,11 @@ mod tests {
         assert!(e.contains("api_version") && e.contains("v1beta1"), "{e}");
         let bad: ServiceEntryConfig =
             serde_yaml::from_str("kubernetes: {watch_timeout: 10m}").unwrap();
-        assert!(bad.validate().unwrap_err().to_string().contains("watch_timeout"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("watch_timeout")
+        );
     }
 }

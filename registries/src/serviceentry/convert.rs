@@ -89,9 +89,8 @@ pub(crate) fn services_of(
 
 /// Sorts endpoints by address then ports, and drops exact repeats.
 pub(crate) fn sort(endpoints: &mut Vec<Endpoint>) {
-    endpoints.sort_by(|a, b| {
-        (&a.address, &a.ports, &a.labels).cmp(&(&b.address, &b.ports, &b.labels))
-    });
+    endpoints
+        .sort_by(|a, b| (&a.address, &a.ports, &a.labels).cmp(&(&b.address, &b.ports, &b.labels)));
     endpoints.dedup();
 }
 

@@ -10,7 +10,9 @@ use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
 use super::checks::{FieldPath, Violation};
-use super::types::{API_VERSIONS, GROUP, Kind, Object, ObjectKey, ServiceEntrySpec, WorkloadEntrySpec};
+use super::types::{
+    API_VERSIONS, GROUP, Kind, Object, ObjectKey, ServiceEntrySpec, WorkloadEntrySpec,
+};
 use super::validate::{Valid, validate_meta, validate_service_entry, validate_workload_entry};
 use crate::mock::file_format::locate::line_of;
 
@@ -62,8 +64,8 @@ pub(crate) fn split_documents(text: &str) -> Vec<(usize, String)> {
     let mut start = 1;
     let mut ended = false;
     for (i, line) in text.lines().enumerate() {
-        let is_separator = line.starts_with("---")
-            && line[3..].chars().next().is_none_or(char::is_whitespace);
+        let is_separator =
+            line.starts_with("---") && line[3..].chars().next().is_none_or(char::is_whitespace);
         if is_separator {
             docs.push((start, std::mem::take(&mut current)));
             start = i + 2;
@@ -127,7 +129,10 @@ pub(crate) fn parse_document(
         return Ok(Document::Ignored);
     };
     let meta = map.get("metadata");
-    let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("");
+    let name = meta
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if name.is_empty() {
         return Err(unreadable(format!(
             "a {} without metadata.name cannot be identified",
@@ -279,9 +284,9 @@ fn field_of(path: &serde_ignored::Path<'_>) -> FieldPath {
         Path::Root => FieldPath::default(),
         Path::Seq { parent, index } => field_of(parent).index(*index),
         Path::Map { parent, key } => field_of(parent).key(key),
-        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => {
-            field_of(parent)
-        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => field_of(parent),
     }
 }
 

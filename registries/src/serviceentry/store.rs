@@ -120,7 +120,11 @@ mod tests {
         assert_eq!(r[0].source, "se.yaml:6");
         assert_eq!(r[0].field, "spec.ports[0].number");
         assert!(r[0].serving_previous);
-        let never = Entry::new(parsed(&GOOD.replace("number: 80", "number: 0")), place, None);
+        let never = Entry::new(
+            parsed(&GOOD.replace("number: 80", "number: 0")),
+            place,
+            None,
+        );
         assert!(never.valid.is_none());
         assert!(!never.rejections().next().unwrap().serving_previous);
     }

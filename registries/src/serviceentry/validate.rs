@@ -13,9 +13,9 @@
 //! - a workload without an address (reachable only through a network gateway) is rejected:
 //!   tributary does not route through network gateways.
 
-mod workload;
 #[cfg(test)]
 mod tests;
+mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -99,23 +99,25 @@ pub(crate) enum Valid {
 
 /// Checks the metadata every object needs: a name and namespace Kubernetes would accept, and a
 /// readable creation time.
-pub(crate) fn validate_meta(
-    key: ObjectKey,
-    meta: &Metadata,
-    out: &mut Vec<Violation>,
-) -> Meta {
+pub(crate) fn validate_meta(key: ObjectKey, meta: &Metadata, out: &mut Vec<Violation>) -> Meta {
     let at = FieldPath::default().key("metadata");
     let name_ok = key.name.len() <= 253 && key.name.split('.').all(is_dns1123_label);
     if !name_ok {
         out.push(Violation::new(
             at.key("name"),
-            format!("{:?} is not a valid object name (a DNS-1123 subdomain)", key.name),
+            format!(
+                "{:?} is not a valid object name (a DNS-1123 subdomain)",
+                key.name
+            ),
         ));
     }
     if !is_dns1123_label(&key.namespace) {
         out.push(Violation::new(
             at.key("namespace"),
-            format!("{:?} is not a valid namespace (a DNS-1123 label)", key.namespace),
+            format!(
+                "{:?} is not a valid namespace (a DNS-1123 label)",
+                key.namespace
+            ),
         ));
     }
     let created = meta.creation_timestamp.as_deref().and_then(|t| {
@@ -160,9 +162,15 @@ pub(crate) fn validate_service_entry(
         for (k, v) in labels {
             let field = at.key("workloadSelector").key("labels").key(k);
             if k.is_empty() {
-                out.push(Violation::new(field, format!("empty key is not supported in selector: \"{k}={v}\"")));
+                out.push(Violation::new(
+                    field,
+                    format!("empty key is not supported in selector: \"{k}={v}\""),
+                ));
             } else if k.contains('*') || v.contains('*') {
-                out.push(Violation::new(field, format!("wildcard is not supported in selector: \"{k}={v}\"")));
+                out.push(Violation::new(
+                    field,
+                    format!("wildcard is not supported in selector: \"{k}={v}\""),
+                ));
             }
         }
         if !spec.endpoints.is_empty() {
@@ -185,7 +193,12 @@ pub(crate) fn validate_service_entry(
             "multiple hosts provided with non-HTTP, non-TLS ports",
         ));
     }
-    export_to(&meta.key.namespace, &spec.export_to, &at.key("exportTo"), &mut out);
+    export_to(
+        &meta.key.namespace,
+        &spec.export_to,
+        &at.key("exportTo"),
+        &mut out,
+    );
     let Some(resolution) = resolution.filter(|_| out.is_empty()) else {
         return Err(out);
     };
@@ -206,7 +219,11 @@ pub(crate) fn validate_service_entry(
     })
 }
 
-fn resolution(spec: &ServiceEntrySpec, at: &FieldPath, out: &mut Vec<Violation>) -> Option<Resolution> {
+fn resolution(
+    spec: &ServiceEntrySpec,
+    at: &FieldPath,
+    out: &mut Vec<Violation>,
+) -> Option<Resolution> {
     let field = at.key("resolution");
     match spec.resolution.as_deref().unwrap_or("") {
         "" | "NONE" => Some(Resolution::Passthrough),
@@ -222,7 +239,10 @@ fn resolution(spec: &ServiceEntrySpec, at: &FieldPath, out: &mut Vec<Violation>)
             None
         }
         other => {
-            out.push(Violation::new(field, format!("unsupported resolution type {other}")));
+            out.push(Violation::new(
+                field,
+                format!("unsupported resolution type {other}"),
+            ));
             None
         }
     }
@@ -235,10 +255,15 @@ fn hosts(
     out: &mut Vec<Violation>,
 ) -> Vec<Hostname> {
     if spec.hosts.is_empty() {
-        out.push(Violation::new(at.key("hosts"), "service entry must have at least one host"));
+        out.push(Violation::new(
+            at.key("hosts"),
+            "service entry must have at least one host",
+        ));
     }
-    let dns_without_endpoints = matches!(resolution, Some(Resolution::Dns | Resolution::DnsRoundRobin))
-        && spec.endpoints.is_empty();
+    let dns_without_endpoints = matches!(
+        resolution,
+        Some(Resolution::Dns | Resolution::DnsRoundRobin)
+    ) && spec.endpoints.is_empty();
     let mut seen = BTreeSet::new();
     let mut valid = Vec::new();
     for (i, host) in spec.hosts.iter().enumerate() {
@@ -265,7 +290,10 @@ fn hosts(
         }
         match Hostname::new(host) {
             Ok(h) if seen.insert(h.clone()) => valid.push(h),
-            Ok(_) => out.push(Violation::new(field, format!("host {host} is listed twice"))),
+            Ok(_) => out.push(Violation::new(
+                field,
+                format!("host {host} is listed twice"),
+            )),
             Err(e) => out.push(Violation::new(field, e.to_string())),
         }
     }
@@ -290,7 +318,10 @@ fn addresses(
             Err(e) => out.push(Violation::new(at.key("addresses").index(i), e)),
         }
     }
-    let none_or_static = matches!(resolution, Some(Resolution::Passthrough | Resolution::Static));
+    let none_or_static = matches!(
+        resolution,
+        Some(Resolution::Passthrough | Resolution::Static)
+    );
     if cidr_found && !none_or_static {
         out.push(Violation::new(
             at.key("addresses"),
@@ -321,13 +352,22 @@ fn ports(
         };
         let before = out.len();
         if !names.insert(port.name.clone()) {
-            out.push(Violation::new(field.key("name"), format!("service entry port name {:?} already defined", port.name)));
+            out.push(Violation::new(
+                field.key("name"),
+                format!("service entry port name {:?} already defined", port.name),
+            ));
         }
         if !numbers.insert(port.number) {
-            out.push(Violation::new(field.key("number"), format!("service entry port {} already defined", port.number)));
+            out.push(Violation::new(
+                field.key("number"),
+                format!("service entry port {} already defined", port.number),
+            ));
         }
         if !is_dns1123_label(&port.name) {
-            out.push(Violation::new(field.key("name"), format!("invalid port name: {}", port.name)));
+            out.push(Violation::new(
+                field.key("name"),
+                format!("invalid port name: {}", port.name),
+            ));
         }
         let number = port_number(port.number, &field.key("number"), out);
         let target = match port.target_port {
@@ -337,7 +377,10 @@ fn ports(
         let protocol = SeProtocol::parse(&port.protocol);
         match protocol {
             Some(p) => protocols.push(p),
-            None => out.push(Violation::new(field.key("protocol"), format!("unsupported protocol: {}", port.protocol))),
+            None => out.push(Violation::new(
+                field.key("protocol"),
+                format!("unsupported protocol: {}", port.protocol),
+            )),
         }
         if out.len() > before {
             continue;
@@ -359,7 +402,10 @@ pub(crate) fn port_number(n: u32, field: &FieldPath, out: &mut Vec<Violation>) -
     match u16::try_from(n) {
         Ok(p) if p > 0 => Some(p),
         _ => {
-            out.push(Violation::new(field.clone(), format!("port number {n} must be in the range 1..65535")));
+            out.push(Violation::new(
+                field.clone(),
+                format!("port number {n} must be in the range 1..65535"),
+            ));
             None
         }
     }
@@ -375,7 +421,10 @@ fn endpoints(
     let field = at.key("endpoints");
     match resolution {
         Some(Resolution::Passthrough) if !spec.endpoints.is_empty() => {
-            out.push(Violation::new(field, "no endpoints should be provided for resolution type none"));
+            out.push(Violation::new(
+                field,
+                "no endpoints should be provided for resolution type none",
+            ));
             return Vec::new();
         }
         Some(Resolution::DnsRoundRobin) if spec.endpoints.len() > 1 => out.push(Violation::new(
@@ -395,10 +444,15 @@ fn endpoints(
         };
         let unix = ep.address.starts_with(workload::UNIX_PREFIX);
         if unix && spec.ports.len() != 1 {
-            out.push(Violation::new(at.key("address"), "exactly 1 service port required for unix endpoints"));
+            out.push(Violation::new(
+                at.key("address"),
+                "exactly 1 service port required for unix endpoints",
+            ));
         }
         let labels = ep.labels.clone();
-        if let Some(w) = workload::validate_workload(ep, labels, Some(port_names), allow_fqdn, &at, out) {
+        if let Some(w) =
+            workload::validate_workload(ep, labels, Some(port_names), allow_fqdn, &at, out)
+        {
             valid.push(w);
         }
     }
@@ -412,7 +466,9 @@ fn export_to(namespace: &str, export_to: &[String], at: &FieldPath, out: &mut Ve
         let key = if e == "." { namespace } else { e.as_str() };
         if seen.contains(key) {
             let message = match key != e {
-                true => format!("duplicate entries in exportTo: . and current namespace {namespace}"),
+                true => {
+                    format!("duplicate entries in exportTo: . and current namespace {namespace}")
+                }
                 false => format!("duplicate entries in exportTo for entry {e}"),
             };
             out.push(Violation::new(at.index(i), message));
@@ -426,19 +482,28 @@ fn export_to(namespace: &str, export_to: &[String], at: &FieldPath, out: &mut Ve
         }
     }
     if seen.contains("*") && export_to.len() > 1 {
-        out.push(Violation::new(at.clone(), "cannot have both public (*) and non-public exportTo values for a resource"));
+        out.push(Violation::new(
+            at.clone(),
+            "cannot have both public (*) and non-public exportTo values for a resource",
+        ));
     }
     if seen.contains("~") && export_to.len() > 1 {
-        out.push(Violation::new(at.clone(), "cannot export service entry to no one (~) and someone"));
+        out.push(Violation::new(
+            at.clone(),
+            "cannot export service entry to no one (~) and someone",
+        ));
     }
 }
 
 /// Labels of a workload, checked.
-pub(crate) fn check_labels(labels: &BTreeMap<String, String>, at: &FieldPath, out: &mut Vec<Violation>) {
+pub(crate) fn check_labels(
+    labels: &BTreeMap<String, String>,
+    at: &FieldPath,
+    out: &mut Vec<Violation>,
+) {
     for (k, v) in labels {
         if let Err(e) = validate_label(k, v) {
             out.push(Violation::new(at.key(k), e));
         }
     }
 }
-

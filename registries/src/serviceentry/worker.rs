@@ -24,7 +24,7 @@ use super::parse::{Document, Problem, parse_document};
 use super::store::{Entry, Place};
 use super::types::ObjectKey;
 use crate::model::{Hostname, ServiceState};
-use crate::registry::{Change, Rejection, RegistryError, RegistrySink, RegistryStatus};
+use crate::registry::{Change, RegistryError, RegistrySink, RegistryStatus, Rejection};
 
 /// Quiet time after a file event before reading the directory: a save is several events
 /// (truncate + write, or write temp + rename), and 50 ms lets it finish while staying well under
@@ -153,8 +153,7 @@ impl ClusterSource {
                         .into_iter()
                         .partition(|(k, _)| scope.covers(Some(k.kind), &k.namespace));
                 self.entries = kept;
-                self.pods
-                    .retain(|(ns, _), _| !scope.covers(None, ns));
+                self.pods.retain(|(ns, _), _| !scope.covers(None, ns));
                 for o in objects {
                     self.apply_object(o, Some(&old));
                 }
@@ -331,7 +330,11 @@ impl Worker {
         }
         if !self.synced {
             self.synced = true;
-            info!(services = self.delivered.len(), rejected = self.rejected.len(), "ServiceEntry registry synced");
+            info!(
+                services = self.delivered.len(),
+                rejected = self.rejected.len(),
+                "ServiceEntry registry synced"
+            );
             self.sink.synced().await?;
         }
         Ok(())

@@ -203,15 +203,27 @@ fn passthrough_target_port_becomes_the_upstream_port_override() {
     tcp.target_port = Some(13306);
     let mut same = port("tcp-same", 5432, Protocol::Tcp);
     same.target_port = Some(5432);
-    let svc = with_resolution(merged("h.demo", vec![tcp, same], vec![]), Resolution::Passthrough);
+    let svc = with_resolution(
+        merged("h.demo", vec![tcp, same], vec![]),
+        Resolution::Passthrough,
+    );
     let (cs, issues) = clusters(&svc);
     assert!(issues.is_empty(), "{issues:?}");
     let Some(LbConfig::OriginalDstLbConfig(o)) = &cs[0].lb_config else {
         panic!("ORIGINAL_DST config on port 3306: {:?}", cs[0].lb_config)
     };
-    assert_eq!(o.upstream_port_override.as_ref().map(|v| v.value), Some(13306));
-    assert!(!o.use_http_header, "the destination is never taken from a header");
-    assert!(cs[1].lb_config.is_none(), "a target port equal to the port needs no override");
+    assert_eq!(
+        o.upstream_port_override.as_ref().map(|v| v.value),
+        Some(13306)
+    );
+    assert!(
+        !o.use_http_header,
+        "the destination is never taken from a header"
+    );
+    assert!(
+        cs[1].lb_config.is_none(),
+        "a target port equal to the port needs no override"
+    );
 }
 
 #[test]
@@ -222,7 +234,11 @@ fn a_target_port_is_the_default_endpoint_port_of_eds_and_dns_clusters() {
     let mut named = ep("api.example.com");
     named.ports.insert("http".into(), 9090);
     let svc = with_resolution(
-        merged("dns.demo", vec![http], vec![ep("backend.example.com"), named]),
+        merged(
+            "dns.demo",
+            vec![http],
+            vec![ep("backend.example.com"), named],
+        ),
         Resolution::Dns,
     );
     let (cs, _) = clusters(&svc);

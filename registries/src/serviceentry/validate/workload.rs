@@ -60,7 +60,10 @@ pub(crate) fn validate_workload(
         }
     } else if address.parse::<IpAddr>().is_err() {
         if !allow_fqdn {
-            out.push(Violation::new(field, format!("endpoint address {address:?} is not a valid IP address")));
+            out.push(Violation::new(
+                field,
+                format!("endpoint address {address:?} is not a valid IP address"),
+            ));
         } else if validate_fqdn(address).is_err() {
             out.push(Violation::new(
                 field,
@@ -80,7 +83,10 @@ pub(crate) fn validate_workload(
             ));
         }
         if !is_dns1123_label(name) {
-            out.push(Violation::new(field.clone(), format!("invalid port name: {name}")));
+            out.push(Violation::new(
+                field.clone(),
+                format!("invalid port name: {name}"),
+            ));
         }
         if let Some(p) = port_number(port, &field, out) {
             ports.insert(name.clone(), p);
