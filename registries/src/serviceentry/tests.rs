@@ -57,7 +57,7 @@ pub(super) fn valid_se(yaml: &str) -> ValidServiceEntry {
 
 /// How long registry-level tests wait for an expected event. Generous: real files and a real
 /// HTTP fake share CI cores.
-const LIMIT: Duration = Duration::from_secs(10);
+pub(super) const LIMIT: Duration = Duration::from_secs(10);
 
 /// A running registry and what it has reported.
 pub(super) struct Run {
