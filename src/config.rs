@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tributary_registries::kubernetes::KubernetesConfig;
 use tributary_registries::mock::MockConfig;
+use tributary_registries::serviceentry::ServiceEntryConfig;
 
 use crate::aggregate::DebounceSettings;
 
@@ -75,6 +76,9 @@ pub enum RegistryConfig {
     Mock(MockConfig),
     /// Kubernetes clusters: Services, EndpointSlices, Pods and Nodes through kube-rs watchers.
     Kubernetes(KubernetesConfig),
+    /// Istio ServiceEntry / WorkloadEntry objects from a watched directory of manifests and/or a
+    /// cluster's CRDs.
+    ServiceEntry(ServiceEntryConfig),
 }
 
 impl Default for Config {
@@ -175,9 +179,14 @@ impl Config {
         }
         let mut names = std::collections::BTreeSet::new();
         for r in &self.registries {
-            if let RegistryConfig::Kubernetes(k) = r {
-                k.validate()
-                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            match r {
+                RegistryConfig::Kubernetes(k) => k
+                    .validate()
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?,
+                RegistryConfig::ServiceEntry(s) => s
+                    .validate()
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?,
+                RegistryConfig::Mock(_) => {}
             }
             let name = r.name();
             if !names.insert(name.to_string()) {
@@ -202,6 +211,7 @@ impl RegistryConfig {
         match self {
             RegistryConfig::Mock(m) => &m.name,
             RegistryConfig::Kubernetes(k) => &k.name,
+            RegistryConfig::ServiceEntry(s) => &s.name,
         }
     }
 }
@@ -306,6 +316,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("qps"), "{e}");
+    }
+
+    #[test]
+    fn service_entry_registry_config() {
+        let c = Config::from_yaml(
+            "registries:\n- type: service_entry\n  name: external\n  directory: /etc/tributary/serviceentries\n  kubernetes: {kubeconfig: /etc/kube/config, namespaces: [shop], api_version: v1beta1}\n",
+        )
+        .unwrap();
+        let RegistryConfig::ServiceEntry(s) = &c.registries[0] else {
+            panic!("a service_entry registry: {:?}", c.registries[0]);
+        };
+        assert_eq!(c.registries[0].name(), "external");
+        assert_eq!(s.default_namespace, "default");
+        assert_eq!(s.kubernetes.as_ref().unwrap().api_version, "v1beta1");
+        let e = Config::from_yaml("registries:\n- type: service_entry\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("directory"), "{e}");
+        let e = Config::from_yaml("registries:\n- type: service_entry\n  directory: /x\n  kubernetes: {api_version: v2}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("api_version"), "{e}");
     }
 
     #[test]

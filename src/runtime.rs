@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 use tributary_registries::kubernetes::KubernetesRegistry;
 use tributary_registries::mock::{self, MockControl, MockHandle, MockRegistry};
+use tributary_registries::serviceentry::ServiceEntryRegistry;
 use tributary_registries::{Registry, RegistryError, RegistryId, RegistrySink};
 
 use crate::admin::{self, AdminState};
@@ -114,6 +115,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 Box::new(registry)
             }
             RegistryConfig::Kubernetes(kc) => Box::new(KubernetesRegistry::new(kc.clone())),
+            RegistryConfig::ServiceEntry(sc) => Box::new(ServiceEntryRegistry::new(sc.clone())),
         };
         let sink = RegistrySink::new(id.clone(), events_tx.clone());
         let span = info_span!("registry", registry = %id);
