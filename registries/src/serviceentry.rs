@@ -59,7 +59,7 @@ pub use files::watch::WatchError;
 pub use types::{API_VERSIONS, GROUP};
 pub use worker::{FILE_DEBOUNCE, FILE_DEBOUNCE_MAX};
 
-use cluster::Settings;
+use cluster::{Credentials, Settings};
 use convert::Context;
 use files::Directory;
 use worker::{AbortOnDrop, ClusterSource, FileSource, Worker};
@@ -92,11 +92,21 @@ impl ServiceEntryRegistry {
             )?),
             None => None,
         };
-        let cluster = c.kubernetes.clone().map(|k| {
-            let settings = Arc::new(Settings {
+        let cluster = match c.kubernetes.clone() {
+            // A kubeconfig that cannot be read or parsed is a config error, not an outage.
+            Some(k) => Some(Settings {
+                credentials: match &k.kubeconfig {
+                    Some(path) => Credentials::from_file(path, k.context.clone())
+                        .map_err(|e| RegistryError::Config(e.to_string()))?,
+                    None => Credentials::InCluster,
+                },
                 config: k,
                 cluster: c.cluster_id.clone(),
-            });
+            }),
+            None => None,
+        };
+        let cluster = cluster.map(|settings| {
+            let settings = Arc::new(settings);
             let (tx, rx) = mpsc::channel(cluster::EVENT_CAPACITY);
             let span = tracing::info_span!("serviceentry_crds", cluster = %c.cluster_id);
             let task = tokio::spawn(cluster::run(settings.clone(), tx).instrument(span));

@@ -30,7 +30,8 @@ use super::config::CrdSourceConfig;
 use super::types::{GROUP, Kind};
 use super::validate::Workload;
 use crate::kubernetes::backoff::RetryBackoff;
-use crate::kubernetes::client::{ApiSuccesses, Credentials, RateLimitLayer};
+pub(crate) use crate::kubernetes::client::Credentials;
+use crate::kubernetes::client::{ApiSuccesses, RateLimitLayer};
 
 /// Events waiting for the worker; the watch task waits when it is full.
 pub(crate) const EVENT_CAPACITY: usize = 256;
@@ -94,6 +95,8 @@ pub(crate) enum ClusterEvent {
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) config: CrdSourceConfig,
+    /// The kubeconfig (read and checked at start) or the in-cluster service account.
+    pub(crate) credentials: Credentials,
     /// For messages.
     pub(crate) cluster: String,
 }
@@ -149,20 +152,9 @@ pub(crate) async fn run(settings: Arc<Settings>, tx: mpsc::Sender<ClusterEvent>)
         qps: c.qps,
         burst: c.burst,
     };
-    let credentials = match &c.kubeconfig {
-        Some(path) => Credentials::from_file(path, c.context.clone()),
-        None => Ok(Credentials::InCluster),
-    };
     let mut reported: Option<String> = None;
     let client = loop {
-        let built = match &credentials {
-            Ok(creds) => creds
-                .client(rate, seen.clone())
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match built {
+        match settings.credentials.client(rate, seen.clone()).await {
             Ok(client) => break client,
             Err(e) => {
                 warn!(error = %e, "cannot build a Kubernetes client for the ServiceEntry CRDs");

@@ -69,7 +69,12 @@ impl FileSource {
         self.rescan_at = Instant::now() + self.interval;
         // Watch before reading, so that a change between the two is not missed.
         if self.watch.is_none() {
-            self.watch = watch_dir(self.dir.path()).ok();
+            match watch_dir(self.dir.path()) {
+                Ok(w) => self.watch = Some(w),
+                // Also when the directory is gone, which the read below reports.
+                Err(e) => tracing::debug!(error = %e, interval = ?self.interval,
+                    "no directory watch; relying on periodic rescans until one can be set up"),
+            }
         }
         self.dir.rescan();
         if self.dir.problem().is_some() {

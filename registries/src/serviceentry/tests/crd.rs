@@ -305,3 +305,19 @@ async fn an_unreachable_api_server_degrades_and_withdraws_nothing() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_unreadable_kubeconfig_is_a_config_error() {
+    let mut config = Cluster::start("v1").await.config();
+    if let Some(k) = config.kubernetes.as_mut() {
+        k.kubeconfig = Some("/nonexistent/kubeconfig".into());
+    }
+    let registry = Box::new(ServiceEntryRegistry::new(config));
+    let (tx, _rx) = mpsc::channel(8);
+    let err = registry
+        .run(RegistrySink::new(RegistryId::new("se"), tx))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
+}
