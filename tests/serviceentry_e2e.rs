@@ -8,6 +8,9 @@
 //!   loaded as CRDs from the fake Kubernetes API server behave identically. Envoy missing is a
 //!   failure, never a skip. Everything listens on loopback and stops with the test.
 
+// Test code: a failed setup step should fail the test on the spot.
+#![allow(clippy::unwrap_used)]
+
 mod envoy_harness;
 
 use std::collections::BTreeMap;

@@ -19,6 +19,9 @@ use tokio::sync::mpsc;
 use crate::model::{Hostname, RegistryId, ServiceState};
 
 /// One change to what a registry knows, keyed by hostname.
+// Nearly every change is an upsert, so boxing the large variant would cost an allocation per
+// change to save space only in the rare deletes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
     /// The registry's complete current view of this hostname (service and endpoints).
