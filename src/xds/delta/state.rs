@@ -23,7 +23,7 @@ use imbl::ordmap::DiffItem;
 
 use super::super::connections::TypeStatus;
 use super::super::state::{MAX_ERROR_BYTES, bounded};
-use super::super::subscription::Subscription;
+use super::super::subscription::{Subscription, WILDCARD};
 use crate::envoy::{EncodedResource, ResourceType};
 use crate::snapshot::{Entry, Snapshot, TypeResources, TypeVersion};
 
@@ -216,10 +216,12 @@ impl DeltaState {
             self.owed.all = true;
             self.owed.respond = true;
         }
-        if !change.added.is_empty() {
-            // DELTA-7, DELTA-10: every newly subscribed name is answered.
-            self.owed.names.extend(change.added);
-            self.owed.respond = true;
+        for name in req.subscribe.iter().filter(|n| *n != WILDCARD) {
+            // DELTA-7, DELTA-10: every name in subscribe is answered, even one already held.
+            if let Some(name) = self.sub.names.get(name.as_str()) {
+                self.owed.names.insert(Arc::clone(name));
+                self.owed.respond = true;
+            }
         }
         for name in change.removed {
             if self.sub.wildcard {
