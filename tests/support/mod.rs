@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod delta;
 pub mod recorder;
 pub mod resources;
 

@@ -84,7 +84,10 @@ fn spec_four_step_wildcard_example() {
     assert!(!st.sub.wildcard);
     // Out of the wildcard, only "c" is wanted now: its creation is pushed, "b" changing is not.
     let s2 = next(&mut b, &[("b", "2"), ("c", "1")], &[]);
-    assert_eq!(respond(&mut st, &s2, "n3"), Some((strings(&["c:1"]), vec![])));
+    assert_eq!(
+        respond(&mut st, &s2, "n3"),
+        Some((strings(&["c:1"]), vec![]))
+    );
     request(&mut st, "n3", &[], &[]);
     assert!(!st.sub.wildcard && st.sub.names.len() == 1);
 }
@@ -228,7 +231,10 @@ fn nack_is_recorded_not_resent_and_later_changes_flow() {
     // The NACK's subscription change is applied; "a" is not sent again.
     assert_eq!(respond(&mut st, &s1, "n2"), Some((vec![], strings(&["b"]))));
     let s2 = next(&mut b, &[("a", "2")], &[]);
-    assert_eq!(respond(&mut st, &s2, "n3"), Some((strings(&["a:2"]), vec![])));
+    assert_eq!(
+        respond(&mut st, &s2, "n3"),
+        Some((strings(&["a:2"]), vec![]))
+    );
     request(&mut st, "n3", &[], &[]);
     assert_eq!(st.status().last_error, None);
 }
@@ -237,7 +243,11 @@ fn nack_is_recorded_not_resent_and_later_changes_flow() {
 fn reconnect_with_initial_versions_gets_exactly_the_difference() {
     // DELTA-11, DELTA-12 (wildcard by empty subscribe with IRV), DELTA-13, BUG-7
     let mut b = SnapshotBuilder::new();
-    let s1 = next(&mut b, &[("same", "1"), ("changed", "1"), ("gone", "1")], &[]);
+    let s1 = next(
+        &mut b,
+        &[("same", "1"), ("changed", "1"), ("gone", "1")],
+        &[],
+    );
     let old: HashMap<String, String> = s1
         .resources(ResourceType::Cluster)
         .entries
@@ -246,7 +256,11 @@ fn reconnect_with_initial_versions_gets_exactly_the_difference() {
         .collect();
     // The server restarts: a fresh builder produces the same versions for the same content.
     let mut b2 = SnapshotBuilder::new();
-    let s2 = next(&mut b2, &[("same", "1"), ("changed", "2"), ("new", "1")], &[]);
+    let s2 = next(
+        &mut b2,
+        &[("same", "1"), ("changed", "2"), ("new", "1")],
+        &[],
+    );
     let mut st = cds();
     st.on_request(&Request {
         initial_versions: Some(&old),
@@ -288,7 +302,10 @@ fn reconnect_with_named_subscription_and_versions() {
         initial_versions: Some(&irv),
         ..Default::default()
     });
-    assert_eq!(respond(&mut st_c, &s1, "n1"), Some((vec![], strings(&["x"]))));
+    assert_eq!(
+        respond(&mut st_c, &s1, "n1"),
+        Some((vec![], strings(&["x"])))
+    );
     // An EDS first request naming nothing is not a wildcard (G-3).
     request(&mut st, "", &[], &[]);
     assert!(!st.subscribed());
@@ -304,7 +321,10 @@ fn subscribe_and_unsubscribe_star_is_nothing() {
     assert!(!st.subscribed());
     assert_eq!(respond(&mut st, &s1, "n1"), None);
     request(&mut st, "", &["a"], &[]);
-    assert_eq!(respond(&mut st, &s1, "n2"), Some((strings(&["a:1"]), vec![])));
+    assert_eq!(
+        respond(&mut st, &s1, "n2"),
+        Some((strings(&["a:1"]), vec![]))
+    );
 }
 
 #[test]
@@ -360,12 +380,17 @@ fn diff_cost_follows_the_change_not_the_mesh() {
     // DELTA-8: one change in a large type is found without visiting the rest (the persistent maps
     // share structure). Checked by result here; the cost is measured in benches.
     let mut b = SnapshotBuilder::new();
-    let many: Vec<(String, String)> = (0..5000).map(|i| (format!("c{i:05}"), "1".into())).collect();
+    let many: Vec<(String, String)> = (0..5000)
+        .map(|i| (format!("c{i:05}"), "1".into()))
+        .collect();
     let refs: Vec<(&str, &str)> = many.iter().map(|(n, t)| (&**n, &**t)).collect();
     let s1 = next(&mut b, &refs, &[]);
     let mut st = cds();
     request(&mut st, "", &[], &[]);
-    assert_eq!(respond(&mut st, &s1, "n1").map(|(s, _)| s.len()), Some(5000));
+    assert_eq!(
+        respond(&mut st, &s1, "n1").map(|(s, _)| s.len()),
+        Some(5000)
+    );
     let s2 = next(&mut b, &[("c02500", "2")], &[]);
     assert_eq!(
         respond(&mut st, &s2, "n2"),
