@@ -159,7 +159,10 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         async move {
             let router =
                 xds.add_to(tonic::transport::Server::builder().add_optional_service(control));
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(xds_listener);
+            // Pushes are small writes that must leave at once: no Nagle delay (tonic sets
+            // TCP_NODELAY only for listeners it binds itself).
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(xds_listener).with_nodelay(Some(true));
             if let Err(e) = router
                 .serve_with_incoming_shutdown(incoming, token.cancelled())
                 .await

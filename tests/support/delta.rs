@@ -97,6 +97,10 @@ pub struct DeltaClient {
     node_sent: bool,
     /// What the client holds, per type.
     pub held: [BTreeMap<String, Held>; 4],
+    /// Accept (and ignore) resources of names or types this client unsubscribed from: a response
+    /// already on the wire when the unsubscription was sent cannot be taken back, so a client that
+    /// changes subscriptions while responses flow may see one. Strict (INV-5) by default.
+    pub late_responses_ok: bool,
 }
 
 impl DeltaClient {
@@ -121,6 +125,7 @@ impl DeltaClient {
             requested: [false; 4],
             node_sent: false,
             held: Default::default(),
+            late_responses_ok: false,
         }
     }
 
@@ -153,6 +158,9 @@ impl DeltaClient {
                 }
             }
             self.requested[i] = true;
+            // What the client no longer wants, it forgets (the server says nothing, DELTA-6).
+            let (wildcard, names) = (self.wildcard[i], &self.names[i]);
+            self.held[i].retain(|n, _| wildcard || names.contains(n));
         }
         self.tx.send(req).await.expect("request stream open");
     }
@@ -298,8 +306,13 @@ impl DeltaClient {
 
     fn apply(&mut self, resp: &DeltaDiscoveryResponse) {
         let ty = ResourceType::from_type_url(&resp.type_url).expect("checked");
-        let held = &mut self.held[ty.index()];
+        let i = ty.index();
+        let held = &mut self.held[i];
         for r in &resp.resources {
+            if !self.wildcard[i] && !self.names[i].contains(&r.name) {
+                // only reachable with `late_responses_ok`: not wanted, not kept
+                continue;
+            }
             let any = r.resource.as_ref().expect("checked").encode_to_vec();
             held.insert(
                 r.name.clone(),
@@ -359,6 +372,9 @@ impl DeltaClient {
         assert!(resp.control_plane.is_none() && resp.resource_errors.is_empty());
         assert!(resp.removed_resource_names.is_empty());
         // INV-5: only subscribed types, only covered names.
+        if self.late_responses_ok {
+            return;
+        }
         let i = ty.index();
         assert!(
             self.requested[i] && (self.wildcard[i] || !self.names[i].is_empty()),
