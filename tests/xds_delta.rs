@@ -497,3 +497,35 @@ async fn delta_21_sotw_and_delta_deliver_the_same_bytes() {
         assert_eq!(resp.resources.len(), d.held[ty.index()].len());
     }
 }
+
+// ---------------------------------------------------------------- observability
+
+#[tokio::test]
+async fn delta_streams_count_in_metrics_and_sync_status() {
+    // Metrics and /debug/syncz cover delta streams as they cover SotW ones.
+    let s = TestServer::start(vec![cluster("a", "1")]).await;
+    let pushes = counter("pilot_xds_pushes{type=cds}");
+    let mut c = s.delta_ads("metrics").await;
+    c.subscribe(CDS, &[]).await;
+    let r = c.expect(CDS, &["a"], &[]).await;
+    assert!(counter("pilot_xds_pushes{type=cds}") > pushes);
+    s.wait_status("metrics", CDS, |t| t.status() == SyncStatus::Stale)
+        .await;
+    c.ack(&r).await;
+    let st = s
+        .wait_status("metrics", CDS, |t| t.status() == SyncStatus::Synced)
+        .await;
+    assert_eq!(st.sent_version.as_deref(), Some(s.version(CDS).as_str()));
+    assert!(st.wildcard);
+    drop(c);
+    s.wait_connections(0).await;
+}
+
+#[tokio::test]
+async fn delta_15_unknown_alias_is_a_missing_name() {
+    // DELTA-15: aliases are not supported; an alias is answered like any name that does not exist.
+    let s = TestServer::start(vec![route("r", "a")]).await;
+    let mut c = s.delta_ads("n").await;
+    c.subscribe(RDS, &["an-alias-of-r"]).await;
+    c.expect(RDS, &[], &["an-alias-of-r"]).await;
+}
