@@ -46,6 +46,7 @@ mod body;
 mod cache;
 mod connections;
 mod delta;
+mod driver;
 mod metrics;
 mod node;
 mod response;

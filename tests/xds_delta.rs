@@ -529,3 +529,21 @@ async fn delta_15_unknown_alias_is_a_missing_name() {
     c.subscribe(RDS, &["an-alias-of-r"]).await;
     c.expect(RDS, &[], &["an-alias-of-r"]).await;
 }
+
+#[tokio::test]
+async fn delta_stream_closed_before_any_request_ends_cleanly() {
+    // TRANS-10: the delta methods are served (no longer UNIMPLEMENTED); a client that half-closes
+    // at once gets a clean end and no response, and leaves no connection behind.
+    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+    let s = TestServer::start(vec![cluster("a", "1")]).await;
+    let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", s.addr))
+        .await
+        .unwrap();
+    let mut stream = client
+        .delta_aggregated_resources(tokio_stream::iter(vec![]))
+        .await
+        .expect("the delta method is served")
+        .into_inner();
+    assert!(stream.message().await.unwrap().is_none());
+    s.wait_connections(0).await;
+}

@@ -1,11 +1,9 @@
-//! One SotW stream: the single task that reads its requests and writes its responses (TRANS-15).
+//! One SotW stream: what its requests mean and what its pushes send, run by the shared loop in
+//! `driver.rs` (TRANS-15). Also the request checks both protocols share (type, names, node).
 //!
-//! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
-//! never queued behind pushes, SOTW-36); room in the body's one-response slot when something is
-//! owed; snapshot wake-ups; admin push requests. Responses are built only when the body has room,
-//! from the newest snapshot (latest wins, TRANS-1), and one push walks CDS → EDS → LDS → RDS from a
-//! single pinned snapshot before moving on (SOTW-30/31). No lock is held across an await and nothing
-//! shared is locked while a response is handed over.
+//! One push walks CDS → EDS → LDS → RDS from a single pinned snapshot before moving on
+//! (SOTW-30/31). No lock is held across an await and nothing shared is locked while a response is
+//! handed over.
 
 use std::marker::PhantomData;
 use std::net::SocketAddr;
@@ -22,6 +20,7 @@ use tonic::{Code, Status};
 use super::body::{BodyGone, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::{Connections, Registration};
+use super::driver;
 use super::metrics::{self, InvalidReason};
 use super::node::NodeInfo;
 use super::response;
@@ -201,50 +200,32 @@ pub(crate) struct Params {
 /// Runs one stream to its end. Aborted (and cleaned up by drop guards) if the body goes away.
 pub(crate) async fn run(
     params: Params,
-    mut requests: Streaming<DiscoveryRequest>,
+    requests: Streaming<DiscoveryRequest>,
     writer: SlotWriter,
     snapshots: watch::Receiver<u64>,
 ) {
-    let first = tokio::select! {
-        biased;
-        () = params.drain.cancelled() => Err(Status::unavailable("server is shutting down")),
-        msg = requests.message() => match msg {
-            Ok(Some(req)) => Ok(req),
-            Ok(None) => Err(Status::ok("")),
-            Err(status) => Err(client_fault(status)),
-        },
-        () = writer.gone() => return,
-    };
-    let first = match first {
-        Ok(req) => req,
-        Err(status) => return writer.finish(status),
-    };
-    let node = match first_node(first.node.as_ref(), params.peer) {
-        Ok(node) => node,
-        Err(status) => return writer.finish(status),
-    };
-    let registration = params.connections.register(&node, params.peer, false);
-    tracing::debug!(conn = %registration.id(), "xDS stream connected");
-    let mut stream = Stream {
-        latest_seq: *snapshots.borrow(),
+    driver::run(
         params,
-        node,
-        nonce_prefix: format!("{:x}", registration.serial()),
-        registration,
-        types: ResourceType::PUSH_ORDER.map(TypeState::new),
+        requests,
         writer,
-        cycle: None,
-        cds_base: None,
-        cds_cleanup: false,
-        unconverged: None,
-        nonces: 0,
-        unknown: UnknownTypes::default(),
-    };
-    let status = stream.serve(first, requests, snapshots).await;
-    if let Some(status) = status {
-        tracing::debug!(conn = %stream.registration.id(), code = ?status.code(), "xDS stream ended");
-        stream.writer.finish(status);
-    }
+        snapshots,
+        false,
+        |params, node, registration, writer| Stream {
+            params,
+            node,
+            nonce_prefix: format!("{:x}", registration.serial()),
+            registration,
+            types: ResourceType::PUSH_ORDER.map(TypeState::new),
+            writer,
+            cycle: None,
+            cds_base: None,
+            cds_cleanup: false,
+            unconverged: None,
+            nonces: 0,
+            unknown: UnknownTypes::default(),
+        },
+    )
+    .await;
 }
 
 /// The tonic status for a request-stream error: limits are RESOURCE_EXHAUSTED and decoding faults
@@ -277,55 +258,37 @@ struct Stream {
     cds_cleanup: bool,
     /// Trigger time of a snapshot whose push started but whose convergence is not recorded yet.
     unconverged: Option<Instant>,
-    latest_seq: u64,
     nonces: u64,
     unknown: UnknownTypes,
 }
 
-impl Stream {
-    /// Serves until the stream ends; returns the status to end it with (`None`: the body is gone).
-    async fn serve(
-        &mut self,
-        first: DiscoveryRequest,
-        mut requests: Streaming<DiscoveryRequest>,
-        mut snapshots: watch::Receiver<u64>,
-    ) -> Option<Status> {
-        if let Err(status) = self.on_request(first) {
-            return Some(status);
-        }
-        let force_push = self.registration.force_push();
-        let drain = self.params.drain.clone();
-        loop {
-            let want = self.types.iter().any(|t| t.has_work(self.latest_seq));
-            tokio::select! {
-                biased;
-                () = drain.cancelled() => return Some(Status::unavailable("server is shutting down")),
-                msg = requests.message() => match msg {
-                    Ok(Some(req)) => if let Err(status) = self.on_request(req) {
-                        return Some(status);
-                    },
-                    Ok(None) => return Some(Status::ok("")),
-                    Err(status) => return Some(client_fault(status)),
-                },
-                room = self.writer.room(), if want => {
-                    if room.is_err() || self.push_one().is_err() {
-                        return None;
-                    }
-                }
-                changed = snapshots.changed() => match changed {
-                    Ok(()) => self.latest_seq = *snapshots.borrow_and_update(),
-                    Err(_) => return Some(Status::unavailable("server is shutting down")),
-                },
-                () = force_push.notified() => {
-                    for t in &mut self.types {
-                        t.force_all();
-                    }
-                }
-                () = self.writer.gone() => return None,
-            }
-        }
+impl driver::Protocol for Stream {
+    type Request = DiscoveryRequest;
+
+    fn writer(&self) -> &SlotWriter {
+        &self.writer
     }
 
+    fn on_request(&mut self, req: DiscoveryRequest) -> Result<(), Status> {
+        Stream::on_request(self, req)
+    }
+
+    fn has_work(&self, latest_seq: u64) -> bool {
+        self.types.iter().any(|t| t.has_work(latest_seq))
+    }
+
+    fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
+        Stream::push_one(self, latest_seq)
+    }
+
+    fn force_all(&mut self) {
+        for t in &mut self.types {
+            t.force_all();
+        }
+    }
+}
+
+impl Stream {
     fn on_request(&mut self, req: DiscoveryRequest) -> Result<(), Status> {
         check_same_node(&self.node, req.node.as_ref())?;
         let Some(ty) = request_type(self.params.fixed, &req.type_url)? else {
@@ -387,7 +350,7 @@ impl Stream {
     }
 
     /// Stages the next owed response, walking the pinned snapshot in push order.
-    fn push_one(&mut self) -> Result<(), BodyGone> {
+    fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
         loop {
             let snap = match &self.cycle {
                 Some(s) => Arc::clone(s),
@@ -399,7 +362,7 @@ impl Stream {
                     None => return Ok(()),
                 },
             };
-            self.latest_seq = self.latest_seq.max(snap.seq);
+            *latest_seq = (*latest_seq).max(snap.seq);
             for ty in ResourceType::PUSH_ORDER {
                 if !self.types[ty.index()].has_work(snap.seq) {
                     continue;

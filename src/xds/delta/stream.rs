@@ -1,10 +1,5 @@
-//! One delta stream: the single task that reads its requests and writes its responses.
-//!
-//! The same shape as the SotW stream (`super::super::stream`): one task selects, in priority
-//! order, over the drain signal, incoming requests (applied at once, never queued behind pushes),
-//! room in the body's one-response slot, snapshot wake-ups and admin pushes. Responses are built
-//! only when the body has room, from the newest snapshot, and one push walks CDS → EDS → LDS → RDS
-//! from one pinned snapshot. Over ADS, cluster removals go out after that push's listeners and
+//! One delta stream: what its requests mean and what its pushes send, run by the same loop as SotW
+//! streams (`driver.rs`). One push walks CDS → EDS → LDS → RDS from one pinned snapshot. Over ADS, cluster removals go out after that push's listeners and
 //! routes (make-before-break, SOTW-31), and clusters a CDS response changed get their EDS resent
 //! right after it: Envoy re-warms an updated cluster and waits for its assignment (SOTW-32; Envoy
 //! issue 31535 shows the outage when a delta server leaves it out).
@@ -19,12 +14,11 @@ use tonic::codec::Streaming;
 
 use super::super::body::{BodyGone, SlotWriter};
 use super::super::connections::Registration;
+use super::super::driver;
 use super::super::metrics;
 use super::super::node::NodeInfo;
 use super::super::response;
-use super::super::stream::{
-    Params, UnknownTypes, check_names, check_same_node, client_fault, first_node, request_type,
-};
+use super::super::stream::{Params, UnknownTypes, check_names, check_same_node, request_type};
 use super::state::{DeltaState, Kind, Request};
 use crate::envoy::ResourceType;
 use crate::snapshot::Snapshot;
@@ -32,48 +26,30 @@ use crate::snapshot::Snapshot;
 /// Runs one delta stream to its end. Aborted (and cleaned up by drop guards) if the body goes away.
 pub(crate) async fn run(
     params: Params,
-    mut requests: Streaming<DeltaDiscoveryRequest>,
+    requests: Streaming<DeltaDiscoveryRequest>,
     writer: SlotWriter,
     snapshots: watch::Receiver<u64>,
 ) {
-    let first = tokio::select! {
-        biased;
-        () = params.drain.cancelled() => Err(Status::unavailable("server is shutting down")),
-        msg = requests.message() => match msg {
-            Ok(Some(req)) => Ok(req),
-            Ok(None) => Err(Status::ok("")),
-            Err(status) => Err(client_fault(status)),
-        },
-        () = writer.gone() => return,
-    };
-    let first = match first {
-        Ok(req) => req,
-        Err(status) => return writer.finish(status),
-    };
-    let node = match first_node(first.node.as_ref(), params.peer) {
-        Ok(node) => node,
-        Err(status) => return writer.finish(status),
-    };
-    let registration = params.connections.register(&node, params.peer, true);
-    tracing::debug!(conn = %registration.id(), "delta xDS stream connected");
-    let mut stream = Stream {
-        latest_seq: *snapshots.borrow(),
+    driver::run(
         params,
-        node,
-        nonce_prefix: format!("{:x}", registration.serial()),
-        registration,
-        types: ResourceType::PUSH_ORDER.map(DeltaState::new),
+        requests,
         writer,
-        cycle: None,
-        unconverged: None,
-        nonces: 0,
-        unknown: UnknownTypes::default(),
-    };
-    let status = stream.serve(first, requests, snapshots).await;
-    if let Some(status) = status {
-        tracing::debug!(conn = %stream.registration.id(), code = ?status.code(), "delta xDS stream ended");
-        stream.writer.finish(status);
-    }
+        snapshots,
+        true,
+        |params, node, registration, writer| Stream {
+            params,
+            node,
+            nonce_prefix: format!("{:x}", registration.serial()),
+            registration,
+            types: ResourceType::PUSH_ORDER.map(DeltaState::new),
+            writer,
+            cycle: None,
+            unconverged: None,
+            nonces: 0,
+            unknown: UnknownTypes::default(),
+        },
+    )
+    .await;
 }
 
 struct Stream {
@@ -87,55 +63,37 @@ struct Stream {
     cycle: Option<Arc<Snapshot>>,
     /// Trigger time of a snapshot whose push started but whose convergence is not recorded yet.
     unconverged: Option<Instant>,
-    latest_seq: u64,
     nonces: u64,
     unknown: UnknownTypes,
 }
 
-impl Stream {
-    /// Serves until the stream ends; returns the status to end it with (`None`: the body is gone).
-    async fn serve(
-        &mut self,
-        first: DeltaDiscoveryRequest,
-        mut requests: Streaming<DeltaDiscoveryRequest>,
-        mut snapshots: watch::Receiver<u64>,
-    ) -> Option<Status> {
-        if let Err(status) = self.on_request(first) {
-            return Some(status);
-        }
-        let force_push = self.registration.force_push();
-        let drain = self.params.drain.clone();
-        loop {
-            let want = self.types.iter().any(|t| t.has_work(self.latest_seq));
-            tokio::select! {
-                biased;
-                () = drain.cancelled() => return Some(Status::unavailable("server is shutting down")),
-                msg = requests.message() => match msg {
-                    Ok(Some(req)) => if let Err(status) = self.on_request(req) {
-                        return Some(status);
-                    },
-                    Ok(None) => return Some(Status::ok("")),
-                    Err(status) => return Some(client_fault(status)),
-                },
-                room = self.writer.room(), if want => {
-                    if room.is_err() || self.push_one().is_err() {
-                        return None;
-                    }
-                }
-                changed = snapshots.changed() => match changed {
-                    Ok(()) => self.latest_seq = *snapshots.borrow_and_update(),
-                    Err(_) => return Some(Status::unavailable("server is shutting down")),
-                },
-                () = force_push.notified() => {
-                    for t in &mut self.types {
-                        t.force_all();
-                    }
-                }
-                () = self.writer.gone() => return None,
-            }
-        }
+impl driver::Protocol for Stream {
+    type Request = DeltaDiscoveryRequest;
+
+    fn writer(&self) -> &SlotWriter {
+        &self.writer
     }
 
+    fn on_request(&mut self, req: DeltaDiscoveryRequest) -> Result<(), Status> {
+        Stream::on_request(self, req)
+    }
+
+    fn has_work(&self, latest_seq: u64) -> bool {
+        self.types.iter().any(|t| t.has_work(latest_seq))
+    }
+
+    fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
+        Stream::push_one(self, latest_seq)
+    }
+
+    fn force_all(&mut self) {
+        for t in &mut self.types {
+            t.force_all();
+        }
+    }
+}
+
+impl Stream {
     fn on_request(&mut self, req: DeltaDiscoveryRequest) -> Result<(), Status> {
         check_same_node(&self.node, req.node.as_ref())?;
         let Some(ty) = request_type(self.params.fixed, &req.type_url)? else {
@@ -205,7 +163,7 @@ impl Stream {
     }
 
     /// Stages the next owed response, walking the pinned snapshot in push order.
-    fn push_one(&mut self) -> Result<(), BodyGone> {
+    fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
         loop {
             let snap = match &self.cycle {
                 Some(s) => Arc::clone(s),
@@ -217,7 +175,7 @@ impl Stream {
                     None => return Ok(()),
                 },
             };
-            self.latest_seq = self.latest_seq.max(snap.seq);
+            *latest_seq = (*latest_seq).max(snap.seq);
             for ty in ResourceType::PUSH_ORDER {
                 if !self.types[ty.index()].has_work(snap.seq) {
                     continue;

@@ -406,7 +406,12 @@ fn diff_cost_follows_the_change_not_the_mesh() {
 fn measure_delta_push_cost() {
     let mut b = SnapshotBuilder::new();
     let many: Vec<(String, String)> = (0..20_000)
-        .map(|i| (format!("outbound|80||svc-{i:05}.ns.svc.cluster.local"), "1".into()))
+        .map(|i| {
+            (
+                format!("outbound|80||svc-{i:05}.ns.svc.cluster.local"),
+                "1".into(),
+            )
+        })
         .collect();
     let refs: Vec<(&str, &str)> = many.iter().map(|(n, t)| (&**n, &**t)).collect();
     let mut snap = next(&mut b, &refs, &[]);
@@ -424,7 +429,11 @@ fn measure_delta_push_cost() {
         let built = st.build(&snap, None, false).expect("one change");
         times.push(t.elapsed());
         assert_eq!(built.resources.len(), 1);
-        st.sent(Arc::from(format!("n{}", i + 1)), built.version, built.restore);
+        st.sent(
+            Arc::from(format!("n{}", i + 1)),
+            built.version,
+            built.restore,
+        );
     }
     times.sort();
     println!(
