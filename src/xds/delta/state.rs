@@ -66,7 +66,8 @@ struct Owed {
     /// Answer even with nothing to send (the first request: the client's initial fetch ends).
     respond: bool,
     /// The first request's `initial_resource_versions` (DELTA-11): what a reconnecting client
-    /// already holds. Bounded by the request size limit; dropped with the first response.
+    /// already holds. Bounded by the request size limit; dropped once the first response is
+    /// acknowledged.
     initial_versions: Option<HashMap<Arc<str>, Box<str>>>,
 }
 
@@ -385,9 +386,10 @@ impl DeltaState {
 
     /// Records that the response `built` came from went out with `nonce`.
     pub(crate) fn sent(&mut self, nonce: Arc<str>, version: TypeVersion, mut restore: Restore) {
+        // Kept until the client acknowledges this response or the next one is staged; that includes
+        // a first response's initial versions, so a recalled reconnect answer is rebuilt with its
+        // removals (bounded by the request size limit).
         restore.sent = self.sent.take();
-        // The client may still be reading the initial versions' answer: they are not owed again.
-        restore.owed.initial_versions = None;
         self.staged = Some(restore);
         self.sent = Some(Sent {
             nonce,

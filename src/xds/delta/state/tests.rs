@@ -442,3 +442,23 @@ fn measure_delta_push_cost() {
         times[times.len() * 9 / 10]
     );
 }
+
+#[test]
+fn recalled_reconnect_answer_keeps_its_removals() {
+    // DELTA-11 with a recall: the rebuilt first response still removes what the client held.
+    let mut b = SnapshotBuilder::new();
+    let s1 = next(&mut b, &[("a", "1")], &[]);
+    let held: HashMap<String, String> = [("gone".to_string(), "x".to_string())].into();
+    let mut st = cds();
+    st.on_request(&Request {
+        initial_versions: Some(&held),
+        ..Default::default()
+    });
+    let built = st.build(&s1, None, false).expect("first response");
+    st.sent(Arc::from("n1"), built.version, built.restore);
+    st.recalled();
+    assert_eq!(
+        respond(&mut st, &s1, "n2"),
+        Some((strings(&["a:1"]), strings(&["gone"])))
+    );
+}
