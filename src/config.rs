@@ -74,7 +74,8 @@ pub enum RegistryConfig {
     /// The mock registry: a YAML mesh file, reloaded on change, plus a gRPC control API.
     Mock(MockConfig),
     /// Kubernetes clusters: Services, EndpointSlices, Pods and Nodes through kube-rs watchers.
-    Kubernetes(KubernetesConfig),
+    /// Boxed: its config is several times the size of the others.
+    Kubernetes(Box<KubernetesConfig>),
 }
 
 impl Default for Config {
