@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tributary_registries::kubernetes::KubernetesConfig;
 use tributary_registries::mock::MockConfig;
 
 use crate::aggregate::DebounceSettings;
@@ -72,6 +73,9 @@ pub struct Config {
 pub enum RegistryConfig {
     /// The mock registry: a YAML mesh file, reloaded on change, plus a gRPC control API.
     Mock(MockConfig),
+    /// Kubernetes clusters: Services, EndpointSlices, Pods and Nodes through kube-rs watchers.
+    /// Boxed: its config is several times the size of the others.
+    Kubernetes(Box<KubernetesConfig>),
 }
 
 impl Default for Config {
@@ -135,10 +139,10 @@ impl Config {
             self.admin_addr = a;
         }
         if let Some(file) = o.mock_file {
-            // Other registry kinds join this enum; only a mock registry takes the mock file.
-            #[allow(clippy::unnecessary_find_map)]
+            // Only a mock registry takes the mock file.
             let existing = self.registries.iter_mut().find_map(|r| match r {
                 RegistryConfig::Mock(m) => Some(m),
+                _ => None,
             });
             match existing {
                 Some(m) => m.file = Some(file),
@@ -172,6 +176,10 @@ impl Config {
         }
         let mut names = std::collections::BTreeSet::new();
         for r in &self.registries {
+            if let RegistryConfig::Kubernetes(k) = r {
+                k.validate()
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            }
             let name = r.name();
             if !names.insert(name.to_string()) {
                 return Err(ConfigError::Invalid(format!(
@@ -194,6 +202,7 @@ impl RegistryConfig {
     pub fn name(&self) -> &str {
         match self {
             RegistryConfig::Mock(m) => &m.name,
+            RegistryConfig::Kubernetes(k) => &k.name,
         }
     }
 }
@@ -271,6 +280,33 @@ mod tests {
         });
         assert_eq!(c.xds_addr.port(), 2000, "flags override the file");
         assert!(!c.is_demo());
+    }
+
+    #[test]
+    fn kubernetes_registry_config() {
+        let c = Config::from_yaml(
+            "registries:\n- type: kubernetes\n  kubeconfig: /etc/kube/config\n  cluster_id: east\n  kubeconfig_dir: /etc/tributary/clusters\n  qps: 20\n- type: mock\n",
+        )
+        .unwrap();
+        let RegistryConfig::Kubernetes(k) = &c.registries[0] else {
+            panic!("first registry is kubernetes: {:?}", c.registries[0]);
+        };
+        assert_eq!(k.cluster_id, "east");
+        assert_eq!(k.domain, "cluster.local");
+        assert_eq!(c.registries[0].name(), "kubernetes");
+        let mut c = c;
+        c.apply_overrides(Overrides {
+            mock_file: Some("mesh.yaml".into()),
+            ..Default::default()
+        });
+        assert!(
+            matches!(&c.registries[1], RegistryConfig::Mock(m) if m.file.is_some()),
+            "--mock-file goes to the mock registry, not the kubernetes one"
+        );
+        let e = Config::from_yaml("registries:\n- type: kubernetes\n  qps: 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("qps"), "{e}");
     }
 
     #[test]

@@ -92,9 +92,13 @@ pub struct Backend {
 
 impl Backend {
     pub async fn start(name: &str) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind backend");
+        Self::start_on("127.0.0.1", name).await
+    }
+
+    /// A backend on another loopback address (`127.0.0.2`, ...), so that several backends can
+    /// stand for pods with distinct IPs.
+    pub async fn start_on(ip: &str, name: &str) -> Backend {
+        let listener = TcpListener::bind((ip, 0)).await.expect("bind backend");
         let addr = listener.local_addr().expect("backend address");
         let name = name.to_string();
         let task = tokio::spawn(async move {
