@@ -1,0 +1,548 @@
+//! The fake Consul's HTTP side: accept loop (which can stop listening), routing, blocking reads
+//! and faults, and the agent write API.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::state::{AGENT_NODE, InstanceRecord};
+use super::{Fault, Inner, LOG_CAPACITY, RecordedRequest, Route, Scripted};
+
+/// Consul's default blocking wait when `?wait=` is absent.
+const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+/// Consul's cap on `?wait=`.
+const MAX_WAIT: Duration = Duration::from_secs(600);
+/// Largest agent API body accepted.
+const MAX_BODY: usize = 1 << 20;
+/// Retries of re-binding the port after a [`Fault::Refuse`] ends (it may linger briefly).
+const REBIND_ATTEMPTS: u32 = 50;
+
+type Reply = Response<Full<Bytes>>;
+
+/// Serves until aborted, stopping and resuming listening as [`Inner::listening`] says.
+pub(super) async fn serve(listener: TcpListener, inner: Arc<Inner>) {
+    let Ok(addr) = listener.local_addr() else {
+        return;
+    };
+    let mut listener = Some(listener);
+    let mut listening = inner.listening.subscribe();
+    loop {
+        let l = match listener.take() {
+            Some(l) => l,
+            None => {
+                if listening.wait_for(|on| *on).await.is_err() {
+                    return;
+                }
+                match rebind(addr).await {
+                    Some(l) => l,
+                    None => return,
+                }
+            }
+        };
+        let mut connections = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = l.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    let inner = Arc::clone(&inner);
+                    connections.spawn(async move {
+                        let service = service_fn(move |req| {
+                            let inner = Arc::clone(&inner);
+                            async move { Ok::<_, Infallible>(handle(inner, req).await) }
+                        });
+                        let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+                Some(_) = connections.join_next() => {}
+                stopped = listening.wait_for(|on| !*on) => {
+                    if stopped.is_err() {
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+        // Refusing: the listener closes and every open connection is dropped.
+        drop(l);
+        connections.abort_all();
+    }
+}
+
+async fn rebind(addr: std::net::SocketAddr) -> Option<TcpListener> {
+    for _ in 0..REBIND_ATTEMPTS {
+        if let Ok(l) = TcpListener::bind(addr).await {
+            return Some(l);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Reply {
+    let path = decode(req.uri().path());
+    let query = parse_query(req.uri().query().unwrap_or(""));
+    let token = req
+        .headers()
+        .get("X-Consul-Token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let method = req.method().clone();
+    let kind = match (&method, path.as_str()) {
+        (&Method::GET, "/v1/catalog/services") => 0,
+        (&Method::GET, p) if p.starts_with("/v1/health/service/") => 1,
+        (&Method::PUT, _) => 2,
+        _ => 3,
+    };
+    inner.counts[kind].fetch_add(1, Ordering::Relaxed);
+    {
+        let mut log = inner.log.lock().unwrap_or_else(|p| p.into_inner());
+        if log.len() < LOG_CAPACITY {
+            log.push(RecordedRequest {
+                method: method.to_string(),
+                path: path.clone(),
+                query: query.clone(),
+                token: token.clone(),
+            });
+        }
+    }
+    match (kind, path.strip_prefix("/v1/health/service/")) {
+        (0, _) => read(&inner, Route::Services, &query, token.as_deref()).await,
+        (1, Some(name)) => {
+            read(
+                &inner,
+                Route::Health(name.to_string()),
+                &query,
+                token.as_deref(),
+            )
+            .await
+        }
+        (2, _) => {
+            let body = match collect_body(req.into_body()).await {
+                Some(b) => b,
+                None => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        "request body too large or unreadable",
+                    );
+                }
+            };
+            write(&inner, &path, &query, &body)
+        }
+        _ if method == Method::GET && path == "/v1/status/leader" => {
+            let leader = match inner.control().fault {
+                Some(Fault::NoLeader) => "\"\"",
+                _ => "\"127.0.0.1:8300\"",
+            };
+            json_reply(StatusCode::OK, leader.to_string(), None)
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            &format!("Invalid URL path: not found: {path}"),
+        ),
+    }
+}
+
+/// A blocking read of `route`.
+async fn read(
+    inner: &Inner,
+    route: Route,
+    query: &BTreeMap<String, String>,
+    token: Option<&str>,
+) -> Reply {
+    let mut version = inner.version.subscribe();
+    let wanted: u64 = query.get("index").and_then(|i| i.parse().ok()).unwrap_or(0);
+    let wait = query
+        .get("wait")
+        .and_then(|w| humantime::parse_duration(w).ok())
+        .unwrap_or(DEFAULT_WAIT)
+        .min(MAX_WAIT);
+    // Consul adds up to wait/16 of random jitter to spread out herds of waiting clients.
+    let deadline = Instant::now() + wait + (wait / 16).mul_f64(fastrand::f64());
+    let stale = query.contains_key("stale");
+    if let Some(reply) = refuse_request(inner, query, token) {
+        return reply;
+    }
+    let scripted = inner
+        .control()
+        .scripts
+        .get_mut(&route)
+        .and_then(|q| q.pop_front());
+    if let Some(s) = scripted {
+        return scripted_reply(inner, &route, &s);
+    }
+    let mut timed_out = false;
+    loop {
+        version.borrow_and_update();
+        let fault = inner.control().fault.clone();
+        let (index, body) = {
+            let c = inner.catalog();
+            match &route {
+                Route::Services => (c.list_index, c.services_json()),
+                Route::Health(name) => (c.health_index(name), c.health_json(name)),
+            }
+        };
+        let mut known_leader = true;
+        let mut last_contact = Duration::ZERO;
+        match fault {
+            Some(Fault::Status(code)) => {
+                let status =
+                    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                return text(status, &format!("fake consul: injected {code}"));
+            }
+            Some(Fault::NoLeader) if !stale => {
+                return text(StatusCode::INTERNAL_SERVER_ERROR, "No cluster leader");
+            }
+            Some(Fault::NoLeader) => known_leader = false,
+            Some(Fault::LastContact(d)) => last_contact = d,
+            Some(Fault::Hang | Fault::Refuse) => {
+                // Hung: wait for the fault to change, however long.
+                if version.changed().await.is_err() {
+                    return text(StatusCode::SERVICE_UNAVAILABLE, "fake consul stopped");
+                }
+                continue;
+            }
+            None => {}
+        }
+        if timed_out || wanted == 0 || index != wanted {
+            let meta = Meta {
+                index,
+                known_leader,
+                last_contact,
+                stale,
+            };
+            return json_reply(StatusCode::OK, body.to_string(), Some(meta));
+        }
+        tokio::select! {
+            changed = version.changed() => {
+                if changed.is_err() {
+                    return text(StatusCode::SERVICE_UNAVAILABLE, "fake consul stopped");
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => timed_out = true,
+        }
+    }
+}
+
+/// ACL, partition and datacenter checks, as Consul makes them.
+fn refuse_request(
+    inner: &Inner,
+    query: &BTreeMap<String, String>,
+    token: Option<&str>,
+) -> Option<Reply> {
+    if let Some(required) = inner.control().token.clone()
+        && token != Some(required.as_str())
+    {
+        return Some(text(StatusCode::FORBIDDEN, "ACL not found"));
+    }
+    if query.contains_key("partition") {
+        return Some(text(
+            StatusCode::BAD_REQUEST,
+            "Partitions are a Consul Enterprise feature",
+        ));
+    }
+    let dc = inner.catalog().datacenter.clone();
+    if query.get("dc").is_some_and(|d| *d != dc) {
+        return Some(text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "No path to datacenter",
+        ));
+    }
+    None
+}
+
+fn scripted_reply(inner: &Inner, route: &Route, s: &Scripted) -> Reply {
+    if let Some(code) = s.status {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return text(status, &format!("fake consul: scripted {code}"));
+    }
+    let c = inner.catalog();
+    let (index, body) = match route {
+        Route::Services => (c.list_index, c.services_json()),
+        Route::Health(name) => (c.health_index(name), c.health_json(name)),
+    };
+    let meta = Meta {
+        index: s.index.unwrap_or(index),
+        known_leader: s.known_leader.unwrap_or(true),
+        last_contact: Duration::ZERO,
+        stale: false,
+    };
+    json_reply(StatusCode::OK, body.to_string(), Some(meta))
+}
+
+/// The agent write API.
+fn write(inner: &Inner, path: &str, query: &BTreeMap<String, String>, body: &[u8]) -> Reply {
+    let found = |ok: bool, what: &str| match ok {
+        true => json_reply(StatusCode::OK, String::new(), None),
+        false => text(StatusCode::NOT_FOUND, &format!("Unknown {what}")),
+    };
+    if path == "/v1/agent/service/register" {
+        return match registration(body) {
+            Ok(instance) => {
+                inner.write(|c| c.upsert(instance));
+                json_reply(StatusCode::OK, String::new(), None)
+            }
+            Err(e) => text(
+                StatusCode::BAD_REQUEST,
+                &format!("Request decode failed: {e}"),
+            ),
+        };
+    }
+    if let Some(id) = path.strip_prefix("/v1/agent/service/deregister/") {
+        return found(inner.write(|c| c.remove(id)), "service ID");
+    }
+    if let Some(id) = path.strip_prefix("/v1/agent/service/maintenance/") {
+        let on = query.get("enable").map(String::as_str) == Some("true");
+        let check = format!("_service_maintenance:{id}");
+        let status = on.then_some("critical");
+        return found(
+            inner.write(|c| c.set_instance_check(id, &check, status)),
+            "service ID",
+        );
+    }
+    for (prefix, status) in [
+        ("/v1/agent/check/pass/", "passing"),
+        ("/v1/agent/check/warn/", "warning"),
+        ("/v1/agent/check/fail/", "critical"),
+    ] {
+        if let Some(id) = path.strip_prefix(prefix) {
+            return found(inner.write(|c| c.set_check(id, status)), "check ID");
+        }
+    }
+    text(
+        StatusCode::NOT_FOUND,
+        &format!("Invalid URL path: not found: {path}"),
+    )
+}
+
+/// An agent service definition (`PUT /v1/agent/service/register`). Keys are matched without case,
+/// as the agent does.
+fn registration(body: &[u8]) -> Result<InstanceRecord, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let name = field(&v, "Name")
+        .and_then(Value::as_str)
+        .ok_or("missing Name")?
+        .to_string();
+    let id = field(&v, "ID")
+        .and_then(Value::as_str)
+        .unwrap_or(&name)
+        .to_string();
+    let strings = |key: &str| -> Vec<String> {
+        field(&v, key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let meta = field(&v, "Meta")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let weight = |key: &str| {
+        field(&v, "Weights")
+            .and_then(|w| field(w, key))
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(1)
+    };
+    let port = field(&v, "Port").and_then(Value::as_u64).unwrap_or(0);
+    let port = u16::try_from(port).map_err(|_| format!("Port {port} out of range"))?;
+    let mut definitions: Vec<&Value> = field(&v, "Checks")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    let single = field(&v, "Check");
+    definitions.extend(single);
+    let numbered = definitions.len() > 1;
+    let checks = definitions
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let id = field(c, "CheckID")
+                .or_else(|| field(c, "ID"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| match numbered {
+                    true => format!("service:{id}:{}", i + 1),
+                    false => format!("service:{id}"),
+                });
+            // A new check starts critical unless its definition says otherwise, as in Consul.
+            let status = field(c, "Status")
+                .and_then(Value::as_str)
+                .unwrap_or("critical");
+            (id, status.to_string())
+        })
+        .collect();
+    Ok(InstanceRecord {
+        id,
+        service: name,
+        node: AGENT_NODE.to_string(),
+        address: field(&v, "Address")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        port,
+        tags: strings("Tags"),
+        meta,
+        weights: (weight("Passing"), weight("Warning")),
+        kind: field(&v, "Kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        checks,
+    })
+}
+
+fn field<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    v.as_object()?
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(key))
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_null())
+}
+
+/// The consistency headers of a read answer.
+struct Meta {
+    index: u64,
+    known_leader: bool,
+    last_contact: Duration,
+    stale: bool,
+}
+
+fn json_reply(status: StatusCode, body: String, meta: Option<Meta>) -> Reply {
+    let mut b = Response::builder()
+        .status(status)
+        .header("Content-Type", "application/json")
+        .header("Vary", "Accept-Encoding");
+    if let Some(m) = meta {
+        b = b
+            .header("X-Consul-Index", m.index.to_string())
+            .header("X-Consul-KnownLeader", m.known_leader.to_string())
+            .header(
+                "X-Consul-LastContact",
+                m.last_contact.as_millis().to_string(),
+            )
+            .header(
+                "X-Consul-Effective-Consistency",
+                if m.stale { "stale" } else { "leader" },
+            );
+    }
+    b.body(Full::new(Bytes::from(body)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+fn text(status: StatusCode, body: &str) -> Reply {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Reads a request body of at most [`MAX_BODY`] bytes.
+async fn collect_body(body: Incoming) -> Option<Bytes> {
+    let collected = http_body_util::Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .ok()?;
+    Some(collected.to_bytes())
+}
+
+/// `a=1&b&c=x%20y` → {a: 1, b: "", c: "x y"}, decoded as Go's `url.ParseQuery` does.
+fn parse_query(q: &str) -> BTreeMap<String, String> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(&k.replace('+', " ")), decode(&v.replace('+', " ")))
+        })
+        .collect()
+}
+
+/// Percent-decoding; invalid escapes are kept as they are.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_decode_like_go() {
+        let q = parse_query("index=12&wait=300000ms&stale&filter=Service.Tags+contains+%22a%22");
+        assert_eq!(q["index"], "12");
+        assert_eq!(q["stale"], "");
+        assert_eq!(q["filter"], "Service.Tags contains \"a\"");
+        assert_eq!(
+            decode("/v1/health/service/a%20b%2Fc"),
+            "/v1/health/service/a b/c"
+        );
+        assert_eq!(decode("100%"), "100%");
+    }
+
+    #[test]
+    fn agent_registrations_parse() {
+        let body = br#"{"Name": "web", "ID": "web-1", "Address": "10.0.0.7", "Port": 8080,
+            "Tags": ["v1", "version=v1"], "Meta": {"protocol": "http"},
+            "Weights": {"Passing": 3, "Warning": 1},
+            "Check": {"TTL": "1h", "Status": "passing"}}"#;
+        let r = registration(body).unwrap();
+        assert_eq!(
+            (r.id.as_str(), r.service.as_str(), r.port),
+            ("web-1", "web", 8080)
+        );
+        assert_eq!(r.weights, (3, 1));
+        assert_eq!(r.checks["service:web-1"], "passing");
+        let r = registration(
+            br#"{"name": "db", "port": 5432, "checks": [{"ttl": "1m"}, {"ttl": "1m"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.id, "db");
+        assert_eq!(
+            r.checks["service:db:1"], "critical",
+            "checks start critical"
+        );
+        assert_eq!(r.checks.len(), 2);
+        assert!(registration(b"{}").is_err());
+    }
+}

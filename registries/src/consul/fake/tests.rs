@@ -1,0 +1,1 @@
+//! The fake Consul itself: blocking, faults, the agent API.

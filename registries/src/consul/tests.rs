@@ -1,0 +1,1 @@
+//! Tests of the running Consul registry against the fake Consul.
