@@ -104,6 +104,7 @@ impl Cli {
             admin_addr: self.admin_addr,
             mock_file: self.mock_file.clone(),
         });
+        config.apply_env(|k| std::env::var(k).ok());
         config.validate()?;
         Ok(config)
     }
