@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::{IpAddr, SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -92,7 +92,14 @@ pub struct Backend {
 
 impl Backend {
     pub async fn start(name: &str) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        Self::start_at(IpAddr::from([127, 0, 0, 1]), name).await
+    }
+
+    /// A backend on another loopback address (e.g. 127.0.0.2), so that an Envoy listener on
+    /// 127.0.0.1 can use the same port number, as it does for a Consul service whose port is its
+    /// instances' port.
+    pub async fn start_at(ip: IpAddr, name: &str) -> Backend {
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0))
             .await
             .expect("bind backend");
         let addr = listener.local_addr().expect("backend address");

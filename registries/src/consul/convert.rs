@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | service name | hostname from `hostname_template` (`{service}.service.consul`) |
 //! | `Service.Address`, else `Node.Address` | endpoint address |
-//! | `Service.Port` | endpoint port; the service port is the lowest instance port |
+//! | `Service.Port` | endpoint port; the service port is the lowest instance port (sticky: kept while an instance still uses it) |
 //! | `Service.Meta.protocol` | port protocol and name (`http`, `http2`, `grpc`, `tcp`); default TCP |
 //! | `Service.Meta.external` (non-empty) | `MESH_EXTERNAL` |
 //! | tags `key=value` / `key\|value` | endpoint labels; other tags: label `tags` (comma-joined) |
@@ -88,7 +88,13 @@ impl Mapping {
                 )),
             }
         }
-        let service = match (kept.iter().map(|(_, p)| *p).min(), previous) {
+        // The service port is sticky: the one served before while an instance still uses it,
+        // else the lowest instance port. So a listener does not move when instances come and go.
+        let sticky = previous
+            .and_then(|p| p.service.ports.first())
+            .map(|p| p.port)
+            .filter(|p| kept.iter().any(|(_, q)| q == p));
+        let service = match (sticky.or(kept.iter().map(|(_, p)| *p).min()), previous) {
             (Some(port), _) => self.service(hostname, &kept, port, &mut notes),
             (None, Some(prev)) => prev.service.clone(),
             (None, None) => return Conversion { state: None, notes },

@@ -9,7 +9,8 @@
 //! It reports only what matters: a body whose index moved ([`Outcome::Data`]), the first failure
 //! and every different one after it ([`Outcome::Failed`], then retries with jittered exponential
 //! backoff), and recovery when the first good answer after failures carries nothing new
-//! ([`Outcome::Recovered`]). An answer without a known leader, or too stale, is a failure: it is
+//! ([`Outcome::Recovered`]). The first request after a failure does not block, so recovery is
+//! seen at once rather than one `wait` later. An answer without a known leader, or too stale, is a failure: it is
 //! not applied and the index does not move (REG-8).
 
 use std::future::Future;
@@ -213,7 +214,9 @@ where
         wait_until(bucket.reserve(now), now).await;
         shared.global.acquire().await;
         let q = Query {
-            index: index.next(),
+            // After a failure, read without blocking: a recovered Consul with nothing new would
+            // otherwise hold the query for a whole wait before the registry knows it is healthy.
+            index: if failing.is_some() { 0 } else { index.next() },
             wait: if S::BOUNDED {
                 shared.service_wait()
             } else {

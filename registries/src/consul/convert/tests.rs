@@ -104,6 +104,24 @@ fn node_address_is_the_fallback_and_the_lowest_port_is_the_service_port() {
 }
 
 #[test]
+fn the_service_port_sticks_while_an_instance_uses_it() {
+    let m = mapping("{}");
+    let first = convert(&m, &[entry("a", "10.0.0.5", 9000)]);
+    let both = [entry("a", "10.0.0.5", 9000), entry("b", "10.0.0.6", 8000)];
+    let next = m.convert(&host("web"), &both, Some(&first)).state.unwrap();
+    assert_eq!(
+        next.service.ports[0].port, 9000,
+        "a lower port joining does not move it"
+    );
+    let only_b = [entry("b", "10.0.0.6", 8000)];
+    let last = m.convert(&host("web"), &only_b, Some(&next)).state.unwrap();
+    assert_eq!(
+        last.service.ports[0].port, 8000,
+        "no instance on 9000 any more"
+    );
+}
+
+#[test]
 fn order_of_consul_answers_does_not_matter() {
     let m = mapping("{}");
     let a = entry("a", "10.0.0.5", 80);

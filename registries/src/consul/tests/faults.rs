@@ -60,6 +60,27 @@ async fn reg5_faults_keep_the_last_good_state_and_recovery_pushes_real_changes_o
     }
 }
 
+// REG-5: recovery is noticed at once even when nothing changed (no wait-long blocking query on
+// the old index), and pushes nothing.
+#[tokio::test]
+async fn recovery_without_changes_is_seen_at_once_and_pushes_nothing() {
+    let fake = FakeConsul::start().await;
+    register(&fake, "web", 2, 1);
+    let mut c = config(&fake);
+    c.wait = Duration::from_secs(300);
+    let mut r = Running::synced(c).await;
+    let mark = r.log.len();
+    fake.fail(Fault::Status(500));
+    r.wait_degraded().await;
+    fake.heal();
+    let t = std::time::Instant::now();
+    r.wait_for("Healthy", |r| r.status == RegistryStatus::Healthy)
+        .await;
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    r.settle(Duration::from_millis(500)).await;
+    assert_eq!(since(&r, mark), [], "nothing changed, nothing pushed");
+}
+
 // REG-5: a service removed during an outage is deleted only after recovery.
 #[tokio::test]
 async fn reg5_removals_during_an_outage_are_deleted_after_recovery() {
