@@ -63,7 +63,9 @@ pub struct ConsulConfig {
     /// with proportionally shorter waits (see the README).
     pub max_concurrent_watches: usize,
     /// Each watch re-queries at most once per this interval on average (a token bucket with a
-    /// burst of 2), so a churning service degrades into polling instead of spinning (REG-6).
+    /// burst of 2), so a churning service degrades into polling instead of spinning (REG-6). It is
+    /// also the most a third quick change in a row waits; `max_requests_per_second` bounds the
+    /// registry as a whole.
     #[serde(with = "duration")]
     pub min_query_interval: Duration,
     /// All watches together send at most this many requests per second on average (a token bucket
@@ -151,7 +153,7 @@ impl Default for ConsulConfig {
             stale: false,
             max_last_contact: Duration::from_secs(10),
             max_concurrent_watches: 128,
-            min_query_interval: Duration::from_secs(1),
+            min_query_interval: Duration::from_millis(250),
             max_requests_per_second: 100,
             backoff: BackoffConfig::default(),
             hostname_template: DEFAULT_HOSTNAME_TEMPLATE.to_string(),

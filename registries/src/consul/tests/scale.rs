@@ -40,7 +40,7 @@ async fn consul_request_rate() {
     let mut c = config(&fake);
     c.wait = wait;
     c.max_concurrent_watches = slots;
-    c.min_query_interval = Duration::from_secs(1);
+    c.min_query_interval = crate::consul::ConsulConfig::default().min_query_interval;
     c.backoff = crate::consul::BackoffConfig::default();
     let t = Instant::now();
     let mut r = Running::start(c);
