@@ -113,7 +113,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 mocks.push(handle);
                 Box::new(registry)
             }
-            RegistryConfig::Consul(cc) => Box::new(ConsulRegistry::new(cc.clone())),
+            RegistryConfig::Consul(cc) => Box::new(ConsulRegistry::new((**cc).clone())),
         };
         let sink = RegistrySink::new(id.clone(), events_tx.clone());
         let span = info_span!("registry", registry = %id);

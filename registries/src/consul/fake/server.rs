@@ -174,6 +174,11 @@ async fn read(
     // Consul adds up to wait/16 of random jitter to spread out herds of waiting clients.
     let deadline = Instant::now() + wait + (wait / 16).mul_f64(fastrand::f64());
     let stale = query.contains_key("stale");
+    let pretty = query.contains_key("pretty");
+    let render = |v: &Value| match pretty {
+        true => serde_json::to_string_pretty(v).unwrap_or_default(),
+        false => v.to_string(),
+    };
     if let Some(reply) = refuse_request(inner, query, token) {
         return reply;
     }
@@ -225,7 +230,7 @@ async fn read(
                 last_contact,
                 stale,
             };
-            return json_reply(StatusCode::OK, body.to_string(), Some(meta));
+            return json_reply(StatusCode::OK, render(&body), Some(meta));
         }
         tokio::select! {
             changed = version.changed() => {

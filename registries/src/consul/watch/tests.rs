@@ -6,10 +6,13 @@ use std::sync::Mutex;
 use super::*;
 use crate::consul::client::QueryMeta;
 
+/// Scripted answers: a body, or the reason of a failure.
+type Answers = VecDeque<Result<Answer<u32>, String>>;
+
 /// A source answering from a script, then never again; it logs when each query came.
 #[derive(Clone, Default)]
 struct Script {
-    answers: Arc<Mutex<VecDeque<Result<Answer<u32>, String>>>>,
+    answers: Arc<Mutex<Answers>>,
     log: Arc<Mutex<Vec<(Instant, Query)>>>,
 }
 
