@@ -127,6 +127,8 @@ struct Inner {
     listening: watch::Sender<bool>,
     log: Mutex<Vec<RecordedRequest>>,
     counts: [AtomicU64; 4],
+    /// Blocking reads (`index` > 0) being answered now, and the most there ever were.
+    blocking: [AtomicU64; 2],
 }
 
 impl Inner {
@@ -181,6 +183,7 @@ impl FakeConsul {
             listening: watch::Sender::new(true),
             log: Mutex::new(Vec::new()),
             counts: Default::default(),
+            blocking: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
@@ -307,6 +310,17 @@ impl FakeConsul {
             writes: c(2),
             other: c(3),
         }
+    }
+
+    /// The most blocking reads (`?index=` > 0) ever in flight at once, since the last reset.
+    pub fn max_blocking_in_flight(&self) -> u64 {
+        self.inner.blocking[1].load(Ordering::Relaxed)
+    }
+
+    /// Restarts [`Self::max_blocking_in_flight`] from the current number.
+    pub fn reset_max_blocking_in_flight(&self) {
+        let now = self.inner.blocking[0].load(Ordering::Relaxed);
+        self.inner.blocking[1].store(now, Ordering::Relaxed);
     }
 
     /// Forgets the request log (counters keep counting).

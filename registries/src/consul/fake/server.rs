@@ -189,6 +189,7 @@ async fn read(
     if let Some(s) = scripted {
         return scripted_reply(inner, &route, &s);
     }
+    let _in_flight = (wanted > 0).then(|| InFlight::enter(inner));
     let mut timed_out = false;
     loop {
         version.borrow_and_update();
@@ -239,6 +240,23 @@ async fn read(
             }
             () = tokio::time::sleep_until(deadline) => timed_out = true,
         }
+    }
+}
+
+/// Counts a blocking read in flight while it lives.
+struct InFlight<'a>(&'a Inner);
+
+impl<'a> InFlight<'a> {
+    fn enter(inner: &'a Inner) -> Self {
+        let now = inner.blocking[0].fetch_add(1, Ordering::Relaxed) + 1;
+        inner.blocking[1].fetch_max(now, Ordering::Relaxed);
+        InFlight(inner)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.blocking[0].fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -129,3 +129,70 @@ async fn reg14_idempotent_writes_and_wait_timeouts_push_nothing() {
     );
     assert_eq!(&r.log[mark..], &[] as &[Logged], "no pushes");
 }
+
+// Scale: with more services than `max_concurrent_watches`, at most that many per-service blocking
+// queries are in flight (plus the services-list watch), the services take turns with shorter waits,
+// and a change to any of them is still seen within about one `wait` of turns.
+#[tokio::test]
+async fn blocking_queries_in_flight_are_bounded_and_services_take_turns() {
+    let fake = FakeConsul::start().await;
+    let services: Vec<String> = (0..20).map(|i| format!("svc-{i:02}")).collect();
+    for (i, s) in services.iter().enumerate() {
+        register(&fake, s, 1, u8::try_from(i + 1).unwrap());
+    }
+    let mut c = config(&fake);
+    c.max_concurrent_watches = 4;
+    c.wait = Duration::from_secs(2);
+    let mut r = Running::synced(c).await;
+    assert_eq!(r.view.len(), 20);
+    fake.reset_max_blocking_in_flight();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let max = fake.max_blocking_in_flight();
+    assert!(
+        max <= 4 + 1,
+        "{max} blocking queries in flight; the bound is 4 + the list watch"
+    );
+    assert!(max >= 4, "the slots are used: {max}");
+    // Waits shrink to max(2 s × 4 / 20, 1 s) = 1 s, so every service gets a turn within ~5 s.
+    let waits: Vec<String> = fake
+        .requests()
+        .iter()
+        .rev()
+        .take(10)
+        .filter(|q| q.path.starts_with("/v1/health/service/") && q.query.contains_key("index"))
+        .map(|q| q.query["wait"].clone())
+        .collect();
+    assert!(
+        !waits.is_empty() && waits.iter().all(|w| w == "1000ms"),
+        "{waits:?}"
+    );
+    // One change, to a service late in the turn order: seen when its turn comes.
+    let start = Instant::now();
+    // A check change, which does not move the services list (a deregistration would).
+    fake.set_service_check("svc-19-1", crate::consul::fake::CheckStatus::Critical);
+    r.wait_for("svc-19 unhealthy", |r| {
+        r.endpoints("svc-19") == [("10.0.20.1".to_string(), false)]
+    })
+    .await;
+    let took = start.elapsed();
+    println!("20 services over 4 watches: one change seen in {took:?}");
+    assert!(took < Duration::from_secs(9), "{took:?}");
+    let start = Instant::now();
+    for i in 0..19 {
+        fake.set_service_check(
+            &format!("svc-{i:02}-1"),
+            crate::consul::fake::CheckStatus::Critical,
+        );
+    }
+    r.wait_for("every service to see its failing check", |r| {
+        r.view.values().all(|s| {
+            s.endpoints
+                .iter()
+                .all(|e| e.health != crate::model::Health::Healthy)
+        })
+    })
+    .await;
+    let took = start.elapsed();
+    println!("20 services over 4 watches: 20 changes seen in {took:?}");
+    assert!(took < Duration::from_secs(9), "{took:?}");
+}
