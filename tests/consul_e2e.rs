@@ -303,3 +303,52 @@ async fn unreachable_consul_at_startup_times_out_and_joins_later() {
         t.proc.tail()
     );
 }
+
+// Two datacenters side by side: two Consul registries, each with its own cluster id; the same
+// service name in both is one hostname with both datacenters' endpoints, each in its own shard
+// and locality.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_datacenters_run_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let dc1 = FakeConsul::start().await;
+    let dc2 = FakeConsul::start_on(loopback(0), "dc2")
+        .await
+        .expect("a port");
+    dc1.register(Instance::new("web", "web-1", "10.1.0.1", 8080));
+    dc2.register(Instance::new("web", "web-1", "10.2.0.1", 8080));
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "registries:\n  - type: consul\n    name: consul-dc1\n    datacenter: dc1\n    address: {}\n  - type: consul\n    name: consul-dc2\n    datacenter: dc2\n    address: {}\n",
+            dc1.url(),
+            dc2.url()
+        ),
+    );
+    let args = ["--config", config.to_str().unwrap()];
+    let t = Tributary::start(
+        dir.path(),
+        loopback(free_port()),
+        loopback(free_port()),
+        &args,
+    )
+    .await;
+    let endpointz: serde_json::Value =
+        serde_json::from_str(&t.get("/debug/endpointz").await).expect("endpointz is JSON");
+    let web = &endpointz[HOST];
+    assert_eq!(
+        web["consul-dc1/dc1"][0]["address"], "10.1.0.1",
+        "{endpointz}"
+    );
+    assert_eq!(web["consul-dc1/dc1"][0]["locality"], "dc1//", "{endpointz}");
+    assert_eq!(
+        web["consul-dc2/dc2"][0]["address"], "10.2.0.1",
+        "{endpointz}"
+    );
+    assert_eq!(web["consul-dc2/dc2"][0]["locality"], "dc2//", "{endpointz}");
+    assert!(
+        dc2.requests()
+            .iter()
+            .all(|r| r.query.get("dc").map(String::as_str) != Some("dc1")),
+        "each registry asks its own datacenter"
+    );
+}
