@@ -48,7 +48,7 @@ impl Query {
 /// The consistency headers of an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueryMeta {
-    /// `X-Consul-Index` (0 when absent).
+    /// `X-Consul-Index` (an answer without it is refused as not Consul's).
     pub index: u64,
     /// `X-Consul-KnownLeader` (true when absent).
     pub known_leader: bool,
@@ -116,6 +116,16 @@ pub enum ClientError {
         path: String,
         /// The transport error.
         source: reqwest::Error,
+    },
+    /// A successful answer without `X-Consul-Index`: not Consul, or a proxy dropping headers.
+    #[error(
+        "the answer to {path} from {address} has no X-Consul-Index header; is `address` Consul's HTTP API, or does a proxy drop headers?"
+    )]
+    NoIndex {
+        /// The address.
+        address: String,
+        /// The request path.
+        path: String,
     },
     /// The body is not the JSON Consul documents.
     #[error("Consul's answer to {path} is not the expected JSON: {source}")]
@@ -258,6 +268,7 @@ impl Client {
             .map_err(|e| self.transport(e, &path, timeout))?;
         let status = response.status();
         let meta = query_meta(response.headers());
+        let has_index = response.headers().contains_key("X-Consul-Index");
         let bytes = response
             .bytes()
             .await
@@ -271,6 +282,13 @@ impl Client {
                 status,
                 body,
                 hint: hint(status),
+            });
+        }
+        if !has_index {
+            // Without it every read would be non-blocking: a proxy is in the way, not Consul.
+            return Err(ClientError::NoIndex {
+                address: self.address.clone(),
+                path,
             });
         }
         Ok((bytes, meta, path))

@@ -60,3 +60,33 @@ fn unreadable_tls_files_are_setup_errors() {
         "{e}"
     );
 }
+
+// Something that is not Consul (no X-Consul-Index) is an error, never an empty catalog (REG-5).
+#[tokio::test]
+async fn an_answer_without_an_index_is_an_error() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf).await;
+        let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
+        s.write_all(reply.as_bytes()).await.unwrap();
+    });
+    let config = ConsulConfig {
+        address: Some(format!("http://{addr}")),
+        ..ConsulConfig::default()
+    };
+    let c = Client::new(&config).unwrap();
+    let e = c
+        .services(Query {
+            index: 0,
+            wait: Duration::from_secs(1),
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClientError::NoIndex { .. }), "{e}");
+    assert!(e.to_string().contains("X-Consul-Index"), "{e}");
+    server.await.unwrap();
+}
