@@ -7,14 +7,14 @@
 mod envoy_harness;
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use envoy_harness::{Backend, Envoy, Tributary, eventually, free_port, http_get};
 use tributary_registries::consul::fake::{CheckStatus, FakeConsul, Fault, Instance};
 
-const VM_IP: [u8; 4] = [127, 0, 0, 2];
+const VM_IP: &str = "127.0.0.2";
 const HOST: &str = "web.service.consul";
 /// The aggregate's default debounce for service changes; endpoint-only changes are not delayed.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -24,7 +24,7 @@ fn loopback(port: u16) -> SocketAddr {
 }
 
 async fn vm(name: &str) -> Backend {
-    Backend::start_at(IpAddr::from(VM_IP), name).await
+    Backend::start_on(VM_IP, name).await
 }
 
 fn instance(id: &str, b: &Backend) -> Instance {
