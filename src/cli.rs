@@ -108,6 +108,7 @@ impl Cli {
             admin_addr: self.admin_addr,
             mock_file: self.mock_file.clone(),
         });
+        config.apply_env(|k| std::env::var(k).ok());
         config.validate()?;
         Ok(config)
     }

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 use tributary_registries::kubernetes::KubernetesRegistry;
+use tributary_registries::consul::ConsulRegistry;
 use tributary_registries::mock::{self, MockControl, MockHandle, MockRegistry};
 use tributary_registries::{Registry, RegistryError, RegistryId, RegistrySink};
 
@@ -114,6 +115,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 Box::new(registry)
             }
             RegistryConfig::Kubernetes(kc) => Box::new(KubernetesRegistry::new((**kc).clone())),
+            RegistryConfig::Consul(cc) => Box::new(ConsulRegistry::new((**cc).clone())),
         };
         let sink = RegistrySink::new(id.clone(), events_tx.clone());
         let span = info_span!("registry", registry = %id);
