@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tributary_registries::kubernetes::KubernetesConfig;
 use tributary_registries::consul::ConsulConfig;
+use tributary_registries::kubernetes::KubernetesConfig;
 use tributary_registries::mock::MockConfig;
 
 use crate::aggregate::DebounceSettings;

@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
-use tributary_registries::kubernetes::KubernetesRegistry;
 use tributary_registries::consul::ConsulRegistry;
+use tributary_registries::kubernetes::KubernetesRegistry;
 use tributary_registries::mock::{self, MockControl, MockHandle, MockRegistry};
 use tributary_registries::{Registry, RegistryError, RegistryId, RegistrySink};
 

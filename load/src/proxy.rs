@@ -50,10 +50,13 @@ impl NameList {
     }
 }
 
+/// (kind, key) of a cached name list.
+type CacheKey = (&'static str, String);
+
 /// Name lists by (kind, key): computed by the first proxy that needs one.
 #[derive(Default)]
 pub struct NameCache {
-    recent: Mutex<VecDeque<((&'static str, String), Arc<NameList>)>>,
+    recent: Mutex<VecDeque<(CacheKey, Arc<NameList>)>>,
 }
 
 impl NameCache {
@@ -76,7 +79,7 @@ impl NameCache {
         list
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<((&'static str, String), Arc<NameList>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(CacheKey, Arc<NameList>)>> {
         self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
