@@ -1,6 +1,7 @@
 //! `tributary bootstrap`: a ready-to-run Envoy v3 bootstrap that points Envoy at tributary.
 //!
-//! ADS over gRPC (HTTP/2) to tributary's xDS address, CDS and LDS through ADS, the admin interface
+//! ADS over gRPC (HTTP/2) to tributary's xDS address, state-of-the-world (`GRPC`) or incremental
+//! (`DELTA_GRPC`, `--delta`), CDS and LDS through ADS, the admin interface
 //! on loopback, and the node identity (plus an optional listener bind address in node metadata, so
 //! several Envoys can share one machine). The output is YAML Envoy reads with `-c`.
 
@@ -25,6 +26,8 @@ pub struct BootstrapOptions {
     pub admin_port: u16,
     /// Where this node's listeners bind; `None` keeps the default `0.0.0.0`.
     pub listener_address: Option<IpAddr>,
+    /// Incremental xDS (`DELTA_GRPC`) instead of state-of-the-world (`GRPC`).
+    pub delta: bool,
 }
 
 /// Renders the bootstrap as YAML.
@@ -48,6 +51,7 @@ pub fn render(o: &BootstrapOptions) -> String {
             yaml_str(&ip.to_string())
         );
     }
+    let api_type = if o.delta { "DELTA_GRPC" } else { "GRPC" };
     let _ = write!(
         y,
         r#"admin:
@@ -55,7 +59,7 @@ pub fn render(o: &BootstrapOptions) -> String {
     socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }}
 dynamic_resources:
   ads_config:
-    api_type: GRPC
+    api_type: {api_type}
     transport_api_version: V3
     set_node_on_first_message_only: true
     grpc_services:
@@ -105,6 +109,7 @@ mod tests {
             xds_port: 15010,
             admin_port: 15000,
             listener_address: None,
+            delta: false,
         }
     }
 
@@ -119,6 +124,19 @@ mod tests {
         assert_eq!(ep["port_value"], 15010);
         assert_eq!(v["static_resources"]["clusters"][0]["type"], "STATIC");
         assert!(v["node"]["metadata"].is_null());
+    }
+
+    #[test]
+    fn delta_selects_delta_grpc() {
+        let y = render(&BootstrapOptions {
+            delta: true,
+            ..opts()
+        });
+        let v: serde_yaml::Value = serde_yaml::from_str(&y).unwrap();
+        assert_eq!(
+            v["dynamic_resources"]["ads_config"]["api_type"],
+            "DELTA_GRPC"
+        );
     }
 
     #[test]

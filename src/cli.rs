@@ -66,6 +66,9 @@ pub struct BootstrapArgs {
     /// `LISTENER_ADDRESS`), so several Envoys can share one machine, e.g. 127.0.0.2.
     #[arg(long, value_name = "IP")]
     pub listener_address: Option<IpAddr>,
+    /// Use incremental (delta) xDS: `api_type: DELTA_GRPC`. Envoy then receives only what changed.
+    #[arg(long)]
+    pub delta: bool,
 }
 
 impl BootstrapArgs {
@@ -88,6 +91,7 @@ impl BootstrapArgs {
             xds_port: port,
             admin_port: self.admin_port,
             listener_address: self.listener_address,
+            delta: self.delta,
         })
     }
 }
@@ -104,6 +108,7 @@ impl Cli {
             admin_addr: self.admin_addr,
             mock_file: self.mock_file.clone(),
         });
+        config.apply_env(|k| std::env::var(k).ok());
         config.validate()?;
         Ok(config)
     }

@@ -23,6 +23,7 @@ pub use endpoint::load_assignments_for;
 pub use listener::listener_for_port;
 pub use naming::cluster_name;
 pub use resource::{ContentHash, EncodedResource};
+pub(crate) use resource::{put_string_field, string_field_len};
 pub use route::route_config_for_port;
 
 use std::fmt;

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
+use tributary_registries::consul::ConsulRegistry;
 use tributary_registries::kubernetes::KubernetesRegistry;
 use tributary_registries::mock::{self, MockControl, MockHandle, MockRegistry};
 use tributary_registries::serviceentry::ServiceEntryRegistry;
@@ -114,8 +115,9 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 mocks.push(handle);
                 Box::new(registry)
             }
-            RegistryConfig::Kubernetes(kc) => Box::new(KubernetesRegistry::new(kc.clone())),
-            RegistryConfig::ServiceEntry(sc) => Box::new(ServiceEntryRegistry::new(sc.clone())),
+            RegistryConfig::Kubernetes(kc) => Box::new(KubernetesRegistry::new((**kc).clone())),
+            RegistryConfig::Consul(cc) => Box::new(ConsulRegistry::new((**cc).clone())),
+            RegistryConfig::ServiceEntry(sc) => Box::new(ServiceEntryRegistry::new((**sc).clone())),
         };
         let sink = RegistrySink::new(id.clone(), events_tx.clone());
         let span = info_span!("registry", registry = %id);
@@ -163,7 +165,10 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         async move {
             let router =
                 xds.add_to(tonic::transport::Server::builder().add_optional_service(control));
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(xds_listener);
+            // Pushes are small writes that must leave at once: no Nagle delay (tonic sets
+            // TCP_NODELAY only for listeners it binds itself).
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(xds_listener).with_nodelay(Some(true));
             if let Err(e) = router
                 .serve_with_incoming_shutdown(incoming, token.cancelled())
                 .await

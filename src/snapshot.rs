@@ -42,6 +42,18 @@ pub struct Entry {
     pub changed_seq: u64,
 }
 
+/// Content equality: entries are equal when their resources encode to the same bytes, whichever
+/// build produced them. This is what `OrdMap::diff` compares, so a delta stream finds what its
+/// client lacks by diffing the map it last sent from against the newest one; shared subtrees are
+/// skipped, so that costs the size of the change.
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.resource, &other.resource)
+            || (self.resource.hash == other.resource.hash
+                && self.resource.name == other.resource.name)
+    }
+}
+
 /// Every resource of one type, with the type's content-derived version.
 #[derive(Debug, Clone, Default)]
 pub struct TypeResources {

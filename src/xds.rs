@@ -1,9 +1,12 @@
-//! The xDS gRPC server: state-of-the-world ADS and the per-type services (CDS, EDS, LDS, RDS).
+//! The xDS gRPC server: ADS and the per-type services (CDS, EDS, LDS, RDS), each in
+//! state-of-the-world and incremental (delta) form.
 //!
 //! What it does:
 //! - serves `AggregatedDiscoveryService/StreamAggregatedResources` and `StreamClusters`,
 //!   `StreamEndpoints`, `StreamListeners`, `StreamRoutes` from the [`SnapshotStore`], following
 //!   `shared/xds-conformance.md` (SOTW-1..37, TRANS-1/3/4/10/11/14/15, section G);
+//! - serves their delta twins (`DeltaAggregatedResources`, `DeltaClusters`, ...) from the same
+//!   snapshot and the same encoded bytes (DELTA-1..19, DELTA-21; see `delta.rs`);
 //! - sends each response as a small per-stream header plus shared pre-encoded resource bytes, with
 //!   raw tower services instead of tonic's generated server (no per-stream encode buffer,
 //!   `shared/reference/floor.md`);
@@ -21,8 +24,10 @@
 //! handed to h2/hyper and one staged. ADS streams also hold the snapshot their last CDS response
 //! came from (shared structure) for make-before-break removals (SOTW-31).
 //!
-//! What it does not do: delta xDS (the `Delta*` methods answer `UNIMPLEMENTED`; the subscription
-//! model in `subscription.rs` is meant to be shared with it), SotW TTL/heartbeats (SOTW-38),
+//! A delta stream keeps the same per-type records, with the client's view held as a shared
+//! reference to the map its last response came from instead of SotW's owed-name sets (`delta/state.rs`).
+//!
+//! What it does not do: TTL/heartbeats (SOTW-38, DELTA-20), delta aliases and resource locators,
 //! authentication, admission rate limiting, keepalive and connection-age settings (those belong to
 //! the `tonic::transport::Server` the caller builds), and HTTP debug endpoints (the admin module
 //! reads [`Connections`]).
@@ -40,6 +45,8 @@
 mod body;
 mod cache;
 mod connections;
+mod delta;
+mod driver;
 mod metrics;
 mod node;
 mod response;

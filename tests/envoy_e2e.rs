@@ -3,73 +3,14 @@
 
 mod envoy_harness;
 
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use envoy_harness::{Backend, Envoy, Tributary, eventually, free_port, http_get};
+use envoy_harness::{
+    Backend, Envoy, Tributary, dynamic_config, eventually, free_port, http_get, loopback, mesh,
+    no_rejections, replace_file, wait_for_backend, warming_drains,
+};
 use tributary_registries::mock::proto::mock_registry_client::MockRegistryClient;
 use tributary_registries::mock::proto::{Endpoint as EndpointSpec, SetEndpointsRequest};
-
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-/// A mock file with one HTTP service on `port` whose endpoints are `backends`.
-fn mesh(port: u16, backends: &[SocketAddr]) -> String {
-    let mut y = format!(
-        "services:\n  - hostname: web.e2e.local\n    ports: [{{name: http, port: {port}, protocol: HTTP}}]\n    endpoints:\n"
-    );
-    for b in backends {
-        y += &format!(
-            "      - {{address: {}, ports: {{http: {}}}, locality: us-east/zone-a}}\n",
-            b.ip(),
-            b.port()
-        );
-    }
-    y
-}
-
-/// Replaces the file the way editors do (write elsewhere, rename over).
-fn replace_file(path: &std::path::Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).expect("write temp mesh");
-    std::fs::rename(&tmp, path).expect("rename mesh");
-}
-
-/// Sends requests through Envoy until one is answered by `want`; returns how long that took.
-async fn wait_for_backend(
-    listener: SocketAddr,
-    host: &str,
-    want: &str,
-    limit: Duration,
-) -> Duration {
-    let start = Instant::now();
-    eventually(limit, &format!("traffic to reach {want}"), || async {
-        match http_get(listener, host, "/").await {
-            Some((200, body)) if body == want => Some(()),
-            _ => None,
-        }
-    })
-    .await;
-    start.elapsed()
-}
-
-async fn no_rejections(envoy: &Envoy) {
-    assert_eq!(
-        envoy.stat_sum("update_rejected").await,
-        0,
-        "INV-7: Envoy rejected config"
-    );
-}
-
-async fn warming_drains(envoy: &Envoy) {
-    eventually(
-        Duration::from_secs(5),
-        "warming_clusters back to 0",
-        || async { (envoy.stat("cluster_manager.warming_clusters").await == 0).then_some(()) },
-    )
-    .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_mesh_comes_up_live_and_serves_traffic() {
@@ -228,30 +169,6 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
     )
     .await;
     no_rejections(&envoy).await;
-}
-
-/// The dynamic clusters, listeners and routes Envoy holds, without timestamps and versions.
-fn dynamic_config(dump: &serde_json::Value) -> Vec<String> {
-    let mut out = Vec::new();
-    for config in dump["configs"].as_array().into_iter().flatten() {
-        for key in [
-            "dynamic_active_clusters",
-            "dynamic_listeners",
-            "dynamic_route_configs",
-        ] {
-            for item in config[key].as_array().into_iter().flatten() {
-                let body = item
-                    .get("cluster")
-                    .or_else(|| item.get("route_config"))
-                    .or_else(|| item.pointer("/active_state/listener"))
-                    .cloned()
-                    .unwrap_or(serde_json::Value::Null);
-                out.push(format!("{key}: {body}"));
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 // TRANS-11 / BUG-9: restarting tributary causes no spurious deletions in Envoy.

@@ -25,7 +25,7 @@ async fn cluster(dir: &Path, port: u16) -> (FakeApiServer, std::path::PathBuf) {
     server.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     server
         .apply(&objects::node("node-a", "us-east", "us-east-1a"))
-        .unwrap();
+        .expect("apply node");
     server
         .apply(&objects::service(
             "shop",
@@ -33,7 +33,7 @@ async fn cluster(dir: &Path, port: u16) -> (FakeApiServer, std::path::PathBuf) {
             "10.96.0.10",
             &[("http", port)],
         ))
-        .unwrap();
+        .expect("apply service");
     (server, kubeconfig)
 }
 
@@ -50,7 +50,7 @@ fn endpoints(server: &FakeApiServer, backends: &[(&str, &Backend, bool)]) {
                 "web",
                 "node-a",
             ))
-            .unwrap();
+            .expect("apply pod");
         let ip = b.addr.ip().to_string();
         let mut ep = SliceEndpoint::ready(&ip).pod(name).node("node-a");
         if *terminating {
@@ -63,7 +63,7 @@ fn endpoints(server: &FakeApiServer, backends: &[(&str, &Backend, bool)]) {
             &[("http", b.addr.port())],
             &[ep],
         );
-        server.apply(&slice).unwrap();
+        server.apply(&slice).expect("apply slice");
     }
 }
 
@@ -94,16 +94,16 @@ async fn answers(listener: SocketAddr, want: &[&str]) -> Vec<String> {
                     want.contains(&body.as_str()),
                     "unexpected answer {body:?}, want {want:?}"
                 );
-                let mut seen = seen.lock().unwrap();
+                let mut seen = seen.lock().expect("not poisoned");
                 if !seen.contains(&body) {
                     seen.push(body);
                 }
             }
-            (seen.lock().unwrap().len() == want.len()).then_some(())
+            (seen.lock().expect("not poisoned").len() == want.len()).then_some(())
         },
     )
     .await;
-    let mut seen = seen.into_inner().unwrap();
+    let mut seen = seen.into_inner().expect("not poisoned");
     seen.sort();
     seen
 }

@@ -1173,21 +1173,6 @@ async fn trans_10_status_codes() {
 }
 
 #[tokio::test]
-async fn trans_10_delta_is_unimplemented_for_now() {
-    // TRANS-10: delta methods answer UNIMPLEMENTED until the delta server lands.
-    use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-    let s = TestServer::start(vec![cluster("a", "1")]).await;
-    let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", s.addr))
-        .await
-        .unwrap();
-    let status = client
-        .delta_aggregated_resources(tokio_stream::iter(vec![]))
-        .await
-        .unwrap_err();
-    assert_eq!(status.code(), Code::Unimplemented);
-}
-
-#[tokio::test]
 async fn trans_11_unavailable_until_the_first_snapshot() {
     // TRANS-11, BUG-9
     let s = TestServer::start_unready().await;

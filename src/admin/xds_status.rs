@@ -42,6 +42,7 @@ impl XdsStatus for Connections {
                     "connectedAt": timestamp(Some(c.connected_at)),
                     "address": c.peer.map(|p| p.to_string()),
                     "listenerAddress": c.listener_address.map(|a| a.to_string()),
+                    "delta": c.delta,
                     "watches": watches,
                 })
             })
@@ -64,6 +65,10 @@ fn sync_row(c: &ConnectionInfo) -> Value {
     row.insert("cluster_id".into(), json!(c.cluster));
     row.insert("proxy".into(), json!(c.node_id));
     row.insert("connection_id".into(), json!(c.id));
+    row.insert(
+        "protocol".into(),
+        json!(if c.delta { "delta" } else { "sotw" }),
+    );
     let mut resources = serde_json::Map::new();
     for (ty, t) in &c.types {
         let prefix = match ty.short() {

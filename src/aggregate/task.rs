@@ -310,6 +310,14 @@ impl Aggregate {
             let degraded = matches!(info.status, RegistryStatus::Degraded { .. });
             metrics::gauge!("tributary_registry_degraded", "registry" => label.clone())
                 .set(if degraded { 1.0 } else { 0.0 });
+            // REG-2: "registry stale since", as a Unix time to alert on (`time() - x > 300`); 0
+            // while healthy.
+            let since = info
+                .degraded_since
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0.0, |d| d.as_secs_f64());
+            metrics::gauge!("tributary_registry_stale_since_timestamp_seconds", "registry" => label.clone())
+                .set(since);
             metrics::gauge!("tributary_registry_rejected_objects", "registry" => label)
                 .set(info.rejected.len() as f64);
         }

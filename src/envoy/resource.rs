@@ -3,7 +3,8 @@
 //! The wire form of both `DiscoveryResponse.resources` (SotW, field 2, `repeated Any`) and of the
 //! `Any` inside a delta `Resource` is built here exactly once per content version. A SotW response is
 //! then a small per-stream header followed by these shared [`Bytes`] chunks, in the order the stream
-//! chooses: no per-stream re-encode or copy (see `shared/reference/floor.md`).
+//! chooses: no per-stream re-encode or copy (see `shared/reference/floor.md`). A delta response
+//! sends the very same `Any` bytes, behind a small per-resource head (DELTA-21).
 
 use std::fmt;
 use std::sync::Arc;
@@ -55,6 +56,10 @@ pub struct EncodedResource {
     sotw_entry: Bytes,
     /// Where the `Any` starts inside `sotw_entry`.
     any_offset: usize,
+    /// The start of a delta `DeltaDiscoveryResponse.resources` entry, up to the `Any`: field-2 key
+    /// and length of the `Resource`, its `version` (1) and `name` (3), then the key and length of
+    /// its `resource` (2), whose value is [`Self::any_bytes`].
+    delta_head: Bytes,
 }
 
 impl EncodedResource {
@@ -83,14 +88,26 @@ impl EncodedResource {
             .expect("BytesMut grows, so encoding cannot run out of room");
         let sotw_entry = buf.freeze();
         let hash = ContentHash::of(&sotw_entry[prefix_len..]);
+        let version = hash.to_string();
         Self {
             name: Arc::from(name),
             ty,
             hash,
-            version: Arc::from(hash.to_string()),
+            delta_head: delta_head(&version, name, any_len),
+            version: Arc::from(version),
             sotw_entry,
             any_offset: prefix_len,
         }
+    }
+
+    /// The two chunks of this resource's delta `resources` entry: the head, then the shared `Any`.
+    pub fn delta_entry(&self) -> [Bytes; 2] {
+        [self.delta_head.clone(), self.any_bytes()]
+    }
+
+    /// Encoded size of [`Self::delta_entry`].
+    pub fn delta_entry_len(&self) -> usize {
+        self.delta_head.len() + self.encoded_len()
     }
 
     /// The bytes to append to a SotW `DiscoveryResponse` for this resource (field 2 included).
@@ -113,6 +130,38 @@ impl EncodedResource {
     pub fn encoded_len(&self) -> usize {
         self.sotw_entry.len() - self.any_offset
     }
+}
+
+/// Encoded size of a length-delimited field with a one-byte key (tags 1..=15).
+pub(crate) fn string_field_len(value: &str) -> usize {
+    1 + encoded_len_varint(value.len() as u64) + value.len()
+}
+
+/// Writes a length-delimited string field.
+pub(crate) fn put_string_field(buf: &mut BytesMut, tag: u32, value: &str) {
+    debug_assert!(tag < 16, "tags 1..=15 take one key byte");
+    encode_key(tag, WireType::LengthDelimited, buf);
+    encode_varint(value.len() as u64, buf);
+    buf.put_slice(value.as_bytes());
+}
+
+/// `resources` (2) key and length of a delta `Resource { version = 1; resource = 2; name = 3 }`,
+/// its version and name, and the key and length of the `Any` that follows.
+fn delta_head(version: &str, name: &str, any_len: usize) -> Bytes {
+    let resource_len = string_field_len(version)
+        + string_field_len(name)
+        + 1
+        + encoded_len_varint(any_len as u64)
+        + any_len;
+    let head_len = 1 + encoded_len_varint(resource_len as u64) + resource_len - any_len;
+    let mut buf = BytesMut::with_capacity(head_len);
+    encode_key(2, WireType::LengthDelimited, &mut buf);
+    encode_varint(resource_len as u64, &mut buf);
+    put_string_field(&mut buf, 1, version);
+    put_string_field(&mut buf, 3, name);
+    encode_key(2, WireType::LengthDelimited, &mut buf);
+    encode_varint(any_len as u64, &mut buf);
+    buf.freeze()
 }
 
 impl fmt::Debug for EncodedResource {
@@ -154,6 +203,34 @@ mod tests {
         let back = Cluster::decode(resp.resources[0].value.as_slice()).unwrap();
         assert_eq!(back, cluster);
         assert_eq!(r.to_any(), resp.resources[1]);
+    }
+
+    #[test]
+    fn delta_entry_decodes_as_a_delta_resource_with_the_same_any() {
+        use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
+        let cluster = Cluster {
+            name: "outbound|80||a.b".into(),
+            alt_stat_name: "x".repeat(300),
+            ..Default::default()
+        };
+        let r = EncodedResource::encode(ResourceType::Cluster, &cluster.name, &cluster);
+        let mut body = BytesMut::new();
+        for _ in 0..2 {
+            for chunk in r.delta_entry() {
+                body.put_slice(&chunk);
+            }
+        }
+        assert_eq!(body.len(), 2 * r.delta_entry_len());
+        let resp = DeltaDiscoveryResponse::decode(body.freeze()).unwrap();
+        assert_eq!(resp.resources.len(), 2);
+        let res = &resp.resources[0];
+        assert_eq!(res.name, cluster.name);
+        assert_eq!(res.version, &*r.version);
+        assert_eq!(res.resource.as_ref(), Some(&r.to_any()));
+        assert_eq!(
+            res.resource.as_ref().unwrap().encode_to_vec(),
+            r.any_bytes()
+        );
     }
 
     #[test]

@@ -104,6 +104,8 @@ pub struct ConnectionInfo {
     pub peer: Option<SocketAddr>,
     /// When the stream was accepted.
     pub connected_at: SystemTime,
+    /// Whether it is an incremental (delta) stream rather than state-of-the-world.
+    pub delta: bool,
     /// Per type, in [`ResourceType::PUSH_ORDER`] order.
     pub types: [(ResourceType, TypeStatus); 4],
 }
@@ -166,7 +168,12 @@ impl Connections {
     }
 
     /// Registers a new stream for `node`.
-    pub(crate) fn register(&self, node: &NodeInfo, peer: Option<SocketAddr>) -> Registration {
+    pub(crate) fn register(
+        &self,
+        node: &NodeInfo,
+        peer: Option<SocketAddr>,
+        delta: bool,
+    ) -> Registration {
         let n = self.inner.counter.fetch_add(1, Ordering::Relaxed) + 1;
         let id: Arc<str> = Arc::from(format!("{}-{n}", node.id));
         let force_push = Arc::new(Notify::new());
@@ -179,6 +186,7 @@ impl Connections {
                 listener_address: node.listener_address,
                 peer,
                 connected_at: SystemTime::now(),
+                delta,
                 types: ResourceType::PUSH_ORDER.map(|t| (t, TypeStatus::default())),
             }),
             force_push: Arc::clone(&force_push),

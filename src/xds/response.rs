@@ -3,31 +3,19 @@
 //! A protobuf message may be written as a concatenation of its fields in any order, so the wire
 //! form of a response is: the 5-byte gRPC prefix, then `version_info` (1), `type_url` (4) and
 //! `nonce` (5) encoded here by hand, then each resource's shared `resources` (2) entry exactly as
-//! [`EncodedResource::sotw_entry`] holds it. Only the header is allocated per stream.
+//! [`EncodedResource::sotw_entry`] holds it. Only the header is allocated per stream. Delta
+//! responses are framed the same way around [`EncodedResource::delta_entry`] chunks.
 
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 
 use super::body::Framed;
-use crate::envoy::{EncodedResource, ResourceType};
+use crate::envoy::{EncodedResource, ResourceType, put_string_field, string_field_len};
 
 /// gRPC message prefix: one compression flag byte plus a big-endian u32 length.
 const GRPC_PREFIX_LEN: usize = 5;
-
-fn field_len(tag: u32, value: &str) -> usize {
-    // tags 1..=15 take one key byte
-    debug_assert!(tag < 16);
-    1 + encoded_len_varint(value.len() as u64) + value.len()
-}
-
-fn put_field(buf: &mut BytesMut, tag: u32, value: &str) {
-    encode_key(tag, WireType::LengthDelimited, buf);
-    encode_varint(value.len() as u64, buf);
-    buf.put_slice(value.as_bytes());
-}
 
 /// Why a response could not be framed.
 #[derive(Debug, thiserror::Error)]
@@ -37,8 +25,8 @@ pub(crate) struct TooLarge {
     len: usize,
 }
 
-/// Frames a response of `ty` carrying `entries` (shared `sotw_entry` bytes). Returns the framed
-/// response and the message size (without the gRPC prefix).
+/// Frames a SotW response of `ty` carrying `entries` (shared `sotw_entry` bytes). Returns the
+/// framed response and the message size (without the gRPC prefix).
 pub(crate) fn frame(
     ty: ResourceType,
     version: &str,
@@ -46,16 +34,42 @@ pub(crate) fn frame(
     entries: Vec<Bytes>,
     names: Vec<Arc<str>>,
 ) -> Result<(Framed, usize), TooLarge> {
-    let type_url = ty.type_url();
-    let header_fields = field_len(1, version) + field_len(4, type_url) + field_len(5, nonce);
-    let len = header_fields + entries.iter().map(Bytes::len).sum::<usize>();
+    let fields = [(1, version), (4, ty.type_url()), (5, nonce)];
+    frame_fields(ty, &fields, entries, names)
+}
+
+/// Frames a `DeltaDiscoveryResponse` of `ty`: `system_version_info` (1, debug only), `type_url`
+/// (4), `nonce` (5) and `removed_resources` (6), then `entries` (shared [`EncodedResource::delta_entry`]
+/// chunks). `resource_errors`, `control_plane` and `removed_resource_names` are never set (DELTA-18).
+pub(crate) fn frame_delta(
+    ty: ResourceType,
+    system_version: &str,
+    nonce: &str,
+    removed: &[Arc<str>],
+    entries: Vec<Bytes>,
+) -> Result<(Framed, usize), TooLarge> {
+    let mut fields = Vec::with_capacity(3 + removed.len());
+    fields.extend([(1, system_version), (4, ty.type_url()), (5, nonce)]);
+    fields.extend(removed.iter().map(|n| (6, &**n)));
+    frame_fields(ty, &fields, entries, Vec::new())
+}
+
+/// The gRPC prefix and the string `fields` in one per-stream header chunk, then `entries`.
+fn frame_fields(
+    ty: ResourceType,
+    fields: &[(u32, &str)],
+    entries: Vec<Bytes>,
+    names: Vec<Arc<str>>,
+) -> Result<(Framed, usize), TooLarge> {
+    let header_len: usize = fields.iter().map(|(_, v)| string_field_len(v)).sum();
+    let len = header_len + entries.iter().map(Bytes::len).sum::<usize>();
     let wire_len = u32::try_from(len).map_err(|_| TooLarge { ty, len })?;
-    let mut header = BytesMut::with_capacity(GRPC_PREFIX_LEN + header_fields);
+    let mut header = BytesMut::with_capacity(GRPC_PREFIX_LEN + header_len);
     header.put_u8(0);
     header.put_u32(wire_len);
-    put_field(&mut header, 1, version);
-    put_field(&mut header, 4, type_url);
-    put_field(&mut header, 5, nonce);
+    for (tag, value) in fields {
+        put_string_field(&mut header, *tag, value);
+    }
     let mut chunks = Vec::with_capacity(entries.len() + 1);
     chunks.push(header.freeze());
     chunks.extend(entries);

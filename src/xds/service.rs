@@ -3,8 +3,8 @@
 //!
 //! Not tonic's generated server: it keeps a per-stream encode buffer as large as the largest
 //! message ever sent (`shared/reference/floor.md`). Requests are decoded with tonic's `Streaming`;
-//! responses are [`ResponseBody`]s of shared pre-encoded bytes. Delta methods answer
-//! `UNIMPLEMENTED` for now.
+//! responses are [`ResponseBody`]s of shared pre-encoded bytes. Each service answers both its SotW
+//! and its delta method.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -21,6 +21,7 @@ use tracing::Instrument;
 use super::body::{self, ResponseBody};
 use super::cache::FullSetCache;
 use super::connections::Connections;
+use super::delta;
 use super::stream::{self, RequestDecoder};
 use crate::envoy::ResourceType;
 use crate::snapshot::SnapshotStore;
@@ -38,10 +39,18 @@ type Request = http::Request<tonic::body::Body>;
 type Response = http::Response<tonic::body::Body>;
 
 impl Shared {
-    /// Serves one call: `sotw_method` opens a SotW stream of `fixed` type (`None` = ADS).
-    fn call(&self, req: Request, sotw_method: &str, fixed: Option<ResourceType>) -> Response {
+    /// Serves one call: `sotw_method` opens a SotW stream, `delta_method` a delta stream, of type
+    /// `fixed` (`None` = ADS).
+    fn call(
+        &self,
+        req: Request,
+        sotw_method: &str,
+        delta_method: &str,
+        fixed: Option<ResourceType>,
+    ) -> Response {
         let method = req.uri().path().rsplit('/').next().unwrap_or_default();
-        if method != sotw_method {
+        let delta = method == delta_method;
+        if !delta && method != sotw_method {
             return Status::unimplemented(format!("method {method} is not implemented"))
                 .into_http();
         }
@@ -59,12 +68,6 @@ impl Shared {
             .extensions()
             .get::<TcpConnectInfo>()
             .and_then(TcpConnectInfo::remote_addr);
-        let requests = Streaming::new_request(
-            RequestDecoder,
-            req.into_body(),
-            None,
-            Some(self.max_decoding_message_size),
-        );
         let (writer, mut body) = body::slot();
         let params = stream::Params {
             store: self.store.clone(),
@@ -74,8 +77,17 @@ impl Shared {
             peer,
             full_sets: Arc::clone(&self.full_sets),
         };
-        let span = tracing::info_span!("xds_stream", method = sotw_method, peer = ?peer);
-        let task = tokio::spawn(stream::run(params, requests, writer, snapshots).instrument(span));
+        let span = tracing::info_span!("xds_stream", method, peer = ?peer);
+        let limit = Some(self.max_decoding_message_size);
+        let task = if delta {
+            let requests =
+                Streaming::new_request(RequestDecoder::new(), req.into_body(), None, limit);
+            tokio::spawn(delta::run(params, requests, writer, snapshots).instrument(span))
+        } else {
+            let requests =
+                Streaming::new_request(RequestDecoder::new(), req.into_body(), None, limit);
+            tokio::spawn(stream::run(params, requests, writer, snapshots).instrument(span))
+        };
         body.own_task(task);
         grpc_response(body)
     }
@@ -91,7 +103,7 @@ fn grpc_response(body: ResponseBody) -> Response {
 }
 
 macro_rules! xds_service {
-    ($(#[$doc:meta])* $name:ident, $service:literal, $method:literal, $fixed:expr) => {
+    ($(#[$doc:meta])* $name:ident, $service:literal, $method:literal, $delta:literal, $fixed:expr) => {
         $(#[$doc])*
         #[derive(Clone)]
         pub struct $name {
@@ -112,44 +124,49 @@ macro_rules! xds_service {
             }
 
             fn call(&mut self, req: Request) -> Self::Future {
-                ready(Ok(self.shared.call(req, $method, $fixed)))
+                ready(Ok(self.shared.call(req, $method, $delta, $fixed)))
             }
         }
     };
 }
 
 xds_service!(
-    /// `AggregatedDiscoveryService`: SotW ADS over one stream for every type.
+    /// `AggregatedDiscoveryService`: ADS, SotW or delta, over one stream for every type.
     AdsService,
     "envoy.service.discovery.v3.AggregatedDiscoveryService",
     "StreamAggregatedResources",
+    "DeltaAggregatedResources",
     None
 );
 xds_service!(
-    /// `ClusterDiscoveryService/StreamClusters` (CDS only).
+    /// `ClusterDiscoveryService`: `StreamClusters` and `DeltaClusters` (CDS only).
     CdsService,
     "envoy.service.cluster.v3.ClusterDiscoveryService",
     "StreamClusters",
+    "DeltaClusters",
     Some(ResourceType::Cluster)
 );
 xds_service!(
-    /// `EndpointDiscoveryService/StreamEndpoints` (EDS only).
+    /// `EndpointDiscoveryService`: `StreamEndpoints` and `DeltaEndpoints` (EDS only).
     EdsService,
     "envoy.service.endpoint.v3.EndpointDiscoveryService",
     "StreamEndpoints",
+    "DeltaEndpoints",
     Some(ResourceType::Endpoint)
 );
 xds_service!(
-    /// `ListenerDiscoveryService/StreamListeners` (LDS only).
+    /// `ListenerDiscoveryService`: `StreamListeners` and `DeltaListeners` (LDS only).
     LdsService,
     "envoy.service.listener.v3.ListenerDiscoveryService",
     "StreamListeners",
+    "DeltaListeners",
     Some(ResourceType::Listener)
 );
 xds_service!(
-    /// `RouteDiscoveryService/StreamRoutes` (RDS only).
+    /// `RouteDiscoveryService`: `StreamRoutes` and `DeltaRoutes` (RDS only).
     RdsService,
     "envoy.service.route.v3.RouteDiscoveryService",
     "StreamRoutes",
+    "DeltaRoutes",
     Some(ResourceType::Route)
 );

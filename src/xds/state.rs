@@ -110,7 +110,8 @@ pub(crate) struct TypeState {
     warm_all: bool,
 }
 
-fn bounded(s: &str, max: usize) -> String {
+/// `s`, cut to at most `max` bytes (at a character boundary) and marked as cut.
+pub(crate) fn bounded(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }

@@ -1,12 +1,11 @@
-//! One SotW stream: the single task that reads its requests and writes its responses (TRANS-15).
+//! One SotW stream: what its requests mean and what its pushes send, run by the shared loop in
+//! `driver.rs` (TRANS-15). Also the request checks both protocols share (type, names, node).
 //!
-//! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
-//! never queued behind pushes, SOTW-36); room in the body's one-response slot when something is
-//! owed; snapshot wake-ups; admin push requests. Responses are built only when the body has room,
-//! from the newest snapshot (latest wins, TRANS-1), and one push walks CDS → EDS → LDS → RDS from a
-//! single pinned snapshot before moving on (SOTW-30/31). No lock is held across an await and nothing
-//! shared is locked while a response is handed over.
+//! One push walks CDS → EDS → LDS → RDS from a single pinned snapshot before moving on
+//! (SOTW-30/31). No lock is held across an await and nothing shared is locked while a response is
+//! handed over.
 
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +20,7 @@ use tonic::{Code, Status};
 use super::body::{BodyGone, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::{Connections, Registration};
+use super::driver;
 use super::metrics::{self, InvalidReason};
 use super::node::NodeInfo;
 use super::response;
@@ -44,23 +44,144 @@ const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
 /// 1 KiB keeps idle streams small (floor.md's per-stream budget).
 const REQUEST_BUFFER_BYTES: usize = 1024;
 
-/// Decodes requests, reporting malformed ones as the client's fault (TRANS-10), not `INTERNAL`.
-pub(crate) struct RequestDecoder;
+/// Decodes requests (`DiscoveryRequest` or `DeltaDiscoveryRequest`), reporting malformed ones as
+/// the client's fault (TRANS-10), not `INTERNAL`.
+pub(crate) struct RequestDecoder<T>(PhantomData<T>);
 
-impl Decoder for RequestDecoder {
-    type Item = DiscoveryRequest;
+impl<T> RequestDecoder<T> {
+    pub(crate) fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T: Message + Default> Decoder for RequestDecoder<T> {
+    type Item = T;
     type Error = Status;
 
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DiscoveryRequest>, Status> {
-        DiscoveryRequest::decode(src).map(Some).map_err(|e| {
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<T>, Status> {
+        T::decode(src).map(Some).map_err(|e| {
             metrics::invalid(InvalidReason::Malformed);
-            Status::invalid_argument(format!("malformed DiscoveryRequest: {e}"))
+            let full = std::any::type_name::<T>();
+            let name = full.rsplit("::").next().unwrap_or(full);
+            Status::invalid_argument(format!("malformed {name}: {e}"))
         })
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         // The yield threshold only matters when encoding; keep tonic's 32 KiB default.
         BufferSettings::new(REQUEST_BUFFER_BYTES, 32 * 1024)
+    }
+}
+
+/// The type a request is about, checked against the service it came on: `Ok(None)` for a type
+/// tributary does not serve on ADS, which is ignored and counted (SOTW-5); an error ends the
+/// stream.
+pub(crate) fn request_type(
+    fixed: Option<ResourceType>,
+    type_url: &str,
+) -> Result<Option<ResourceType>, Status> {
+    match (fixed, type_url) {
+        (Some(t), "") => Ok(Some(t)),
+        (Some(t), url) if url == t.type_url() => Ok(Some(t)),
+        (Some(t), url) => Err(refuse(
+            InvalidReason::TypeMismatch,
+            format!(
+                "this service serves {} only, got type_url {url:.256}",
+                t.type_url()
+            ),
+        )),
+        (None, "") => Err(refuse(
+            InvalidReason::MissingTypeUrl,
+            "type_url is required for ADS".to_owned(),
+        )),
+        (None, url) => match ResourceType::from_type_url(url) {
+            Some(t) => Ok(Some(t)),
+            None => {
+                metrics::invalid(InvalidReason::UnknownType);
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// Checks a request's resource names against [`MAX_NAMES_PER_REQUEST`] and [`MAX_NAME_BYTES`]
+/// (SEC-12): `count` names in all, `names` to look at.
+pub(crate) fn check_names<'a>(
+    count: usize,
+    mut names: impl Iterator<Item = &'a str>,
+) -> Result<(), Status> {
+    if count > MAX_NAMES_PER_REQUEST {
+        return Err(refuse(
+            InvalidReason::BadNames,
+            format!(
+                "{count} resource names in one request, over the limit of {MAX_NAMES_PER_REQUEST}"
+            ),
+        ));
+    }
+    if let Some(long) = names.find(|n| n.len() > MAX_NAME_BYTES) {
+        return Err(refuse(
+            InvalidReason::BadNames,
+            format!(
+                "resource name of {} bytes is over the {MAX_NAME_BYTES}-byte limit (starts {:.64?})",
+                long.len(),
+                long
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Requests for types tributary does not serve on one stream: ignored and counted (SOTW-5), the
+/// first few logged.
+#[derive(Default)]
+pub(crate) struct UnknownTypes(u32);
+
+impl UnknownTypes {
+    pub(crate) fn log(&mut self, conn: &str, url: &str) {
+        self.0 = self.0.saturating_add(1);
+        if self.0 <= UNKNOWN_TYPE_LOG_LIMIT {
+            tracing::info!(conn, type_url = %format!("{url:.256}"), "ignoring request for unknown type");
+        }
+    }
+}
+
+/// Counts an invalid request and makes the status that ends its stream.
+pub(crate) fn refuse(reason: InvalidReason, message: String) -> Status {
+    metrics::invalid(reason);
+    Status::invalid_argument(message)
+}
+
+/// Checks the first request's node and returns it, or the status that ends the stream.
+pub(crate) fn first_node(
+    node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
+    peer: Option<SocketAddr>,
+) -> Result<NodeInfo, Status> {
+    NodeInfo::from_first(node).map_err(|e| {
+        metrics::invalid(match e {
+            super::node::NodeError::Missing | super::node::NodeError::EmptyId => {
+                InvalidReason::MissingNode
+            }
+            _ => InvalidReason::BadMetadata,
+        });
+        tracing::info!(error = %e, peer = ?peer, "refusing xDS stream");
+        Status::invalid_argument(e.to_string())
+    })
+}
+
+/// Refuses a request whose node differs from the stream's (SOTW-3: never re-scope a stream).
+pub(crate) fn check_same_node(
+    stream_node: &NodeInfo,
+    node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
+) -> Result<(), Status> {
+    match node {
+        Some(node) if !stream_node.same_as(node) => Err(refuse(
+            InvalidReason::NodeChanged,
+            format!(
+                "node changed mid-stream (was {:?}, now {:.256?}); open a new stream",
+                &*stream_node.id, node.id
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -79,64 +200,37 @@ pub(crate) struct Params {
 /// Runs one stream to its end. Aborted (and cleaned up by drop guards) if the body goes away.
 pub(crate) async fn run(
     params: Params,
-    mut requests: Streaming<DiscoveryRequest>,
+    requests: Streaming<DiscoveryRequest>,
     writer: SlotWriter,
     snapshots: watch::Receiver<u64>,
 ) {
-    let first = tokio::select! {
-        biased;
-        () = params.drain.cancelled() => Err(Status::unavailable("server is shutting down")),
-        msg = requests.message() => match msg {
-            Ok(Some(req)) => Ok(req),
-            Ok(None) => Err(Status::ok("")),
-            Err(status) => Err(client_fault(status)),
-        },
-        () = writer.gone() => return,
-    };
-    let first = match first {
-        Ok(req) => req,
-        Err(status) => return writer.finish(status),
-    };
-    let node = match NodeInfo::from_first(first.node.as_ref()) {
-        Ok(node) => node,
-        Err(e) => {
-            metrics::invalid(match e {
-                super::node::NodeError::Missing | super::node::NodeError::EmptyId => {
-                    InvalidReason::MissingNode
-                }
-                _ => InvalidReason::BadMetadata,
-            });
-            tracing::info!(error = %e, peer = ?params.peer, "refusing xDS stream");
-            return writer.finish(Status::invalid_argument(e.to_string()));
-        }
-    };
-    let registration = params.connections.register(&node, params.peer);
-    tracing::debug!(conn = %registration.id(), "xDS stream connected");
-    let mut stream = Stream {
-        latest_seq: *snapshots.borrow(),
+    driver::run(
         params,
-        node,
-        nonce_prefix: format!("{:x}", registration.serial()),
-        registration,
-        types: ResourceType::PUSH_ORDER.map(TypeState::new),
+        requests,
         writer,
-        cycle: None,
-        cds_base: None,
-        cds_cleanup: false,
-        unconverged: None,
-        nonces: 0,
-        unknown_types: 0,
-    };
-    let status = stream.serve(first, requests, snapshots).await;
-    if let Some(status) = status {
-        tracing::debug!(conn = %stream.registration.id(), code = ?status.code(), "xDS stream ended");
-        stream.writer.finish(status);
-    }
+        snapshots,
+        false,
+        |params, node, registration, writer| Stream {
+            params,
+            node,
+            nonce_prefix: format!("{:x}", registration.serial()),
+            registration,
+            types: ResourceType::PUSH_ORDER.map(TypeState::new),
+            writer,
+            cycle: None,
+            cds_base: None,
+            cds_cleanup: false,
+            unconverged: None,
+            nonces: 0,
+            unknown: UnknownTypes::default(),
+        },
+    )
+    .await;
 }
 
 /// The tonic status for a request-stream error: limits are RESOURCE_EXHAUSTED and decoding faults
 /// INVALID_ARGUMENT (TRANS-10); transport errors pass through.
-fn client_fault(status: Status) -> Status {
+pub(crate) fn client_fault(status: Status) -> Status {
     match status.code() {
         Code::OutOfRange => {
             metrics::invalid(InvalidReason::Malformed);
@@ -164,123 +258,47 @@ struct Stream {
     cds_cleanup: bool,
     /// Trigger time of a snapshot whose push started but whose convergence is not recorded yet.
     unconverged: Option<Instant>,
-    latest_seq: u64,
     nonces: u64,
-    unknown_types: u32,
+    unknown: UnknownTypes,
 }
 
-impl Stream {
-    /// Serves until the stream ends; returns the status to end it with (`None`: the body is gone).
-    async fn serve(
-        &mut self,
-        first: DiscoveryRequest,
-        mut requests: Streaming<DiscoveryRequest>,
-        mut snapshots: watch::Receiver<u64>,
-    ) -> Option<Status> {
-        if let Err(status) = self.on_request(first) {
-            return Some(status);
-        }
-        let force_push = self.registration.force_push();
-        let drain = self.params.drain.clone();
-        loop {
-            let want = self.types.iter().any(|t| t.has_work(self.latest_seq));
-            tokio::select! {
-                biased;
-                () = drain.cancelled() => return Some(Status::unavailable("server is shutting down")),
-                msg = requests.message() => match msg {
-                    Ok(Some(req)) => if let Err(status) = self.on_request(req) {
-                        return Some(status);
-                    },
-                    Ok(None) => return Some(Status::ok("")),
-                    Err(status) => return Some(client_fault(status)),
-                },
-                room = self.writer.room(), if want => {
-                    if room.is_err() || self.push_one().is_err() {
-                        return None;
-                    }
-                }
-                changed = snapshots.changed() => match changed {
-                    Ok(()) => self.latest_seq = *snapshots.borrow_and_update(),
-                    Err(_) => return Some(Status::unavailable("server is shutting down")),
-                },
-                () = force_push.notified() => {
-                    for t in &mut self.types {
-                        t.force_all();
-                    }
-                }
-                () = self.writer.gone() => return None,
-            }
-        }
-    }
+impl driver::Protocol for Stream {
+    type Request = DiscoveryRequest;
 
-    fn refuse(reason: InvalidReason, message: String) -> Status {
-        metrics::invalid(reason);
-        Status::invalid_argument(message)
+    fn writer(&self) -> &SlotWriter {
+        &self.writer
     }
 
     fn on_request(&mut self, req: DiscoveryRequest) -> Result<(), Status> {
-        if let Some(node) = &req.node
-            && !self.node.same_as(node)
-        {
-            // SOTW-3: never re-scope a stream to another node.
-            return Err(Self::refuse(
-                InvalidReason::NodeChanged,
-                format!(
-                    "node changed mid-stream (was {:?}, now {:.256?}); open a new stream",
-                    &*self.node.id, node.id
-                ),
-            ));
+        Stream::on_request(self, req)
+    }
+
+    fn has_work(&self, latest_seq: u64) -> bool {
+        self.types.iter().any(|t| t.has_work(latest_seq))
+    }
+
+    fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
+        Stream::push_one(self, latest_seq)
+    }
+
+    fn force_all(&mut self) {
+        for t in &mut self.types {
+            t.force_all();
         }
-        let ty = match (self.params.fixed, req.type_url.as_str()) {
-            (Some(t), "") => t,
-            (Some(t), url) if url == t.type_url() => t,
-            (Some(t), url) => {
-                return Err(Self::refuse(
-                    InvalidReason::TypeMismatch,
-                    format!(
-                        "this service serves {} only, got type_url {url:.256}",
-                        t.type_url()
-                    ),
-                ));
-            }
-            (None, "") => {
-                return Err(Self::refuse(
-                    InvalidReason::MissingTypeUrl,
-                    "type_url is required for ADS".to_owned(),
-                ));
-            }
-            (None, url) => match ResourceType::from_type_url(url) {
-                Some(t) => t,
-                None => {
-                    // SOTW-5: ignore, count, keep the stream and the other types going.
-                    metrics::invalid(InvalidReason::UnknownType);
-                    self.unknown_types = self.unknown_types.saturating_add(1);
-                    if self.unknown_types <= UNKNOWN_TYPE_LOG_LIMIT {
-                        tracing::info!(conn = %self.registration.id(), type_url = %format!("{url:.256}"), "ignoring request for unknown type");
-                    }
-                    return Ok(());
-                }
-            },
+    }
+}
+
+impl Stream {
+    fn on_request(&mut self, req: DiscoveryRequest) -> Result<(), Status> {
+        check_same_node(&self.node, req.node.as_ref())?;
+        let Some(ty) = request_type(self.params.fixed, &req.type_url)? else {
+            self.unknown.log(self.registration.id(), &req.type_url);
+            return Ok(());
         };
-        if req.resource_names.len() > MAX_NAMES_PER_REQUEST {
-            return Err(Self::refuse(
-                InvalidReason::BadNames,
-                format!(
-                    "{} resource names in one request, over the limit of {MAX_NAMES_PER_REQUEST}",
-                    req.resource_names.len()
-                ),
-            ));
-        }
-        if let Some(long) = req.resource_names.iter().find(|n| n.len() > MAX_NAME_BYTES) {
-            return Err(Self::refuse(
-                InvalidReason::BadNames,
-                format!(
-                    "resource name of {} bytes is over the {MAX_NAME_BYTES}-byte limit (starts {:.64?})",
-                    long.len(),
-                    long
-                ),
-            ));
-        }
+        check_names(
+            req.resource_names.len(),
+            req.resource_names.iter().map(String::as_str),
+        )?;
         let error = req.error_detail.as_ref().map(|e| e.message.as_str());
         let state = &mut self.types[ty.index()];
         if state.acks_before_staged(&req.response_nonce)
@@ -332,7 +350,7 @@ impl Stream {
     }
 
     /// Stages the next owed response, walking the pinned snapshot in push order.
-    fn push_one(&mut self) -> Result<(), BodyGone> {
+    fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
         loop {
             let snap = match &self.cycle {
                 Some(s) => Arc::clone(s),
@@ -344,7 +362,7 @@ impl Stream {
                     None => return Ok(()),
                 },
             };
-            self.latest_seq = self.latest_seq.max(snap.seq);
+            *latest_seq = (*latest_seq).max(snap.seq);
             for ty in ResourceType::PUSH_ORDER {
                 if !self.types[ty.index()].has_work(snap.seq) {
                     continue;

@@ -1,7 +1,8 @@
-//! What a client subscribed to, for one resource type, and how a SotW request changes it.
+//! What a client subscribed to, for one resource type, and how a SotW or delta request changes it.
 //!
-//! Kept apart from the SotW ACK/NACK machinery ([`super::state`]) so the delta server can reuse the
-//! same subscription model (wildcard flag + explicit names).
+//! Kept apart from the ACK/NACK machinery of either protocol so both share one subscription model
+//! (wildcard flag + explicit names) and one reading of the wildcard rules (SOTW-21/22, DELTA-4/16,
+//! G-3).
 
 use std::sync::Arc;
 
@@ -102,6 +103,52 @@ impl Subscription {
         self.names = names;
         change
     }
+
+    /// Applies a delta request's `resource_names_subscribe` / `_unsubscribe` (DELTA-4, DELTA-16):
+    /// - a `first` request with both lists empty is the legacy wildcard, for LDS/CDS only (G-3);
+    /// - `"*"` in subscribe switches the wildcard on, in unsubscribe off; names are added and
+    ///   removed one by one, subscribe first, so subscribing and unsubscribing `"*"` together is
+    ///   "nothing" (DELTA-16);
+    /// - later empty lists change nothing: the wildcard never comes back by itself.
+    ///
+    /// Unsubscribing a name never subscribed is a no-op (DELTA-6).
+    pub fn apply_delta(
+        &mut self,
+        ty: ResourceType,
+        first: bool,
+        subscribe: &[String],
+        unsubscribe: &[String],
+    ) -> Change {
+        let mut change = Change::default();
+        let was_wildcard = self.wildcard;
+        if first && subscribe.is_empty() && unsubscribe.is_empty() && ty.legacy_wildcard() {
+            self.wildcard = true;
+        }
+        for n in subscribe {
+            if n == WILDCARD {
+                self.wildcard = true;
+            } else if !self.names.contains(n.as_str()) {
+                let name: Arc<str> = Arc::from(n.as_str());
+                self.names.insert(Arc::clone(&name));
+                change.added.push(name);
+            }
+        }
+        for n in unsubscribe {
+            if n == WILDCARD {
+                self.wildcard = false;
+            } else if let Some(name) = self.names.remove(n.as_str()) {
+                // A name subscribed and unsubscribed in the same request was never held.
+                let before = change.added.len();
+                change.added.retain(|a| *a != name);
+                if change.added.len() == before {
+                    change.removed.push(name);
+                }
+            }
+        }
+        change.wildcard_on = self.wildcard && !was_wildcard;
+        change.wildcard_off = !self.wildcard && was_wildcard;
+        change
+    }
 }
 
 #[cfg(test)]
@@ -154,6 +201,57 @@ mod tests {
             s.apply_sotw(ty, &req(&[]));
             assert!(s.is_empty());
         }
+    }
+
+    fn delta(s: &mut Subscription, ty: ResourceType, sub: &[&str], unsub: &[&str]) -> Change {
+        let first = s == &Subscription::default();
+        s.apply_delta(ty, first, &req(sub), &req(unsub))
+    }
+
+    #[test]
+    fn delta_wildcard_lifecycle() {
+        // DELTA-4: legacy wildcard, names keep it, "*" unsubscribe ends it, empty never revives it.
+        let ty = ResourceType::Cluster;
+        let mut s = Subscription::default();
+        assert!(delta(&mut s, ty, &[], &[]).wildcard_on);
+        let c = delta(&mut s, ty, &["a"], &[]);
+        assert!(s.wildcard && c.added == vec![Arc::<str>::from("a")]);
+        let c = delta(&mut s, ty, &[], &["*"]);
+        assert!(!s.wildcard && c.wildcard_off);
+        assert_eq!(names(&s), ["a"]);
+        assert!(!delta(&mut s, ty, &[], &[]).any());
+        assert!(!s.wildcard);
+    }
+
+    #[test]
+    fn delta_subscribe_and_unsubscribe_star_is_nothing() {
+        // DELTA-16
+        let mut s = Subscription::default();
+        let c = delta(&mut s, ResourceType::Listener, &["*"], &["*"]);
+        assert!(s.is_empty() && !c.any());
+    }
+
+    #[test]
+    fn delta_legacy_wildcard_only_for_lds_and_cds() {
+        // G-3
+        for ty in [ResourceType::Endpoint, ResourceType::Route] {
+            let mut s = Subscription::default();
+            delta(&mut s, ty, &[], &[]);
+            assert!(s.is_empty());
+        }
+    }
+
+    #[test]
+    fn delta_phantom_unsubscribe_and_resubscribe_are_clean() {
+        // DELTA-6
+        let ty = ResourceType::Endpoint;
+        let mut s = Subscription::default();
+        delta(&mut s, ty, &["a"], &[]);
+        assert!(!delta(&mut s, ty, &[], &["never"]).any());
+        let c = delta(&mut s, ty, &["b"], &["b", "a"]);
+        assert_eq!(c.added, Vec::<Arc<str>>::new());
+        assert_eq!(c.removed, vec![Arc::<str>::from("a")]);
+        assert!(s.is_empty());
     }
 
     #[test]

@@ -336,3 +336,93 @@ impl Envoy {
         serde_json::from_str(&body).unwrap_or(serde_json::Value::Null)
     }
 }
+
+// ---------------------------------------------------------------- scenario helpers
+
+pub fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A mock file with one HTTP service on `port` whose endpoints are `backends`.
+pub fn mesh(port: u16, backends: &[SocketAddr]) -> String {
+    let mut y = format!(
+        "services:\n  - hostname: web.e2e.local\n    ports: [{{name: http, port: {port}, protocol: HTTP}}]\n    endpoints:\n"
+    );
+    for b in backends {
+        y += &format!(
+            "      - {{address: {}, ports: {{http: {}}}, locality: us-east/zone-a}}\n",
+            b.ip(),
+            b.port()
+        );
+    }
+    y
+}
+
+/// Replaces the file the way editors do (write elsewhere, rename over).
+pub fn replace_file(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write temp mesh");
+    std::fs::rename(&tmp, path).expect("rename mesh");
+}
+
+/// Sends requests through Envoy until one is answered by `want`; returns how long that took.
+pub async fn wait_for_backend(
+    listener: SocketAddr,
+    host: &str,
+    want: &str,
+    limit: Duration,
+) -> Duration {
+    let start = Instant::now();
+    eventually(limit, &format!("traffic to reach {want}"), || async {
+        match http_get(listener, host, "/").await {
+            Some((200, body)) if body == want => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    start.elapsed()
+}
+
+pub async fn no_rejections(envoy: &Envoy) {
+    assert_eq!(
+        envoy.stat_sum("update_rejected").await,
+        0,
+        "INV-7: Envoy rejected config"
+    );
+}
+
+pub async fn warming_drains(envoy: &Envoy) {
+    eventually(
+        Duration::from_secs(5),
+        "warming_clusters back to 0",
+        || async { (envoy.stat("cluster_manager.warming_clusters").await == 0).then_some(()) },
+    )
+    .await;
+}
+
+/// The dynamic clusters, listeners, routes and endpoints Envoy holds, without timestamps and
+/// versions.
+pub fn dynamic_config(dump: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for config in dump["configs"].as_array().into_iter().flatten() {
+        for key in [
+            "dynamic_active_clusters",
+            "dynamic_listeners",
+            "dynamic_route_configs",
+            "dynamic_endpoint_configs",
+        ] {
+            for item in config[key].as_array().into_iter().flatten() {
+                let body = item
+                    .get("cluster")
+                    .or_else(|| item.get("route_config"))
+                    .or_else(|| item.get("endpoint_config"))
+                    .or_else(|| item.pointer("/active_state/listener"))
+                    .cloned()
+                    .unwrap_or(serde_json::Value::Null);
+                out.push(format!("{key}: {body}"));
+            }
+        }
+    }
+    out.sort();
+    out
+}

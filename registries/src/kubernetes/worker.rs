@@ -173,12 +173,13 @@ impl Worker {
         }
         self.publish_status().await?;
         let remote_deadline = Instant::now() + self.setup.remote_sync_timeout;
+        let mut remote_waited = false;
         loop {
-            let synced_sent = self.synced_sent;
+            let waiting = !self.synced_sent && !remote_waited;
             let deadline = async move {
-                match synced_sent {
-                    true => std::future::pending().await,
-                    false => tokio::time::sleep_until(remote_deadline).await,
+                match waiting {
+                    true => tokio::time::sleep_until(remote_deadline).await,
+                    false => std::future::pending().await,
                 }
             };
             let dir_signal = async {
@@ -208,11 +209,14 @@ impl Worker {
                     self.emit(affected).await?;
                 }
                 _ = deadline => {
+                    remote_waited = true;
                     let late: Vec<&ClusterId> = self.initial.iter()
                         .filter(|id| self.clusters.get(*id).is_some_and(|e| !e.active.synced))
                         .collect();
-                    warn!(clusters = ?late, timeout = ?self.setup.remote_sync_timeout,
-                        "remote clusters have not synced; reporting synced without them");
+                    if !late.is_empty() {
+                        warn!(clusters = ?late, timeout = ?self.setup.remote_sync_timeout,
+                            "remote clusters have not synced; reporting synced without them");
+                    }
                     self.initial.retain(|id| *id == self.setup.primary);
                 }
             }

@@ -117,6 +117,9 @@ impl ConformanceDriver for KubeDriver {
     }
 }
 
+/// Steps 6 and 7 of the harness are REG-2 over real HTTP: the API server stops listening after
+/// sync (watches cut, connections refused), the registry reports Degraded and deletes nothing,
+/// retries with backoff, and after the restart reports Healthy and only the change made meanwhile.
 #[tokio::test]
 async fn kubernetes_registry_passes_the_conformance_test() {
     let driver = KubeDriver::new().await;

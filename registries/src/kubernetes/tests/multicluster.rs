@@ -189,3 +189,38 @@ async fn statically_configured_clusters_merge_too() {
     run.wait("synced", |r| r.synced).await;
     assert_eq!(clusters_of(&run, WEB), ["east", "west"]);
 }
+
+#[tokio::test]
+async fn a_remote_cluster_that_cannot_sync_delays_synced_only_up_to_the_timeout() {
+    // REG-15: the primary is waited for; a remote cluster only up to `remote_sync_timeout`.
+    let east = FakeCluster::start().await;
+    east.add_service("shop", "web", "10.96.0.10", &["10.1.0.1"]);
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let unreachable = east
+        .server
+        .kubeconfig_yaml()
+        .replace(&east.server.url(), &format!("http://127.0.0.1:{dead}"));
+    put(dir.path(), "far", &unreachable);
+    let mut cfg = config("kube", "east", &east.kubeconfig);
+    cfg.kubeconfig_dir = Some(dir.path().to_path_buf());
+    cfg.remote_sync_timeout = Duration::from_millis(700);
+    let started = std::time::Instant::now();
+    let mut run = Run::start(cfg);
+    run.wait("synced without the remote cluster", |r| r.synced)
+        .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(700),
+        "waited for the remote cluster first: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(run.endpoints(WEB), ["10.1.0.1"]);
+    assert!(
+        matches!(&run.status, RegistryStatus::Degraded { reason } if reason.contains("cluster far")),
+        "{:?}",
+        run.status
+    );
+}

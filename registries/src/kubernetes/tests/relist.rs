@@ -98,11 +98,14 @@ async fn relist_after_410_gives_one_diff_and_never_an_empty_or_partial_state() {
     );
 }
 
+/// Services in the REG-14 test; with their slices and pods, over a thousand objects.
+const SERVICES: usize = 340;
+
 #[tokio::test]
 async fn a_thousand_unchanged_objects_relisted_report_nothing() {
     // REG-14
     let c = FakeCluster::start().await;
-    for i in 0..250 {
+    for i in 0..SERVICES {
         let ip = format!("10.2.{}.{}", i / 200, i % 200 + 1);
         c.add_service(
             "bulk",
@@ -111,28 +114,39 @@ async fn a_thousand_unchanged_objects_relisted_report_nothing() {
             &[&ip],
         );
     }
-    // 250 Services + 250 EndpointSlices + 250 Pods + 1 Node: over a thousand objects, listed in
+    // 340 Services + 340 EndpointSlices + 340 Pods + 1 Node: over a thousand objects, listed in
     // pages of 100 (continue tokens).
     c.server.set_max_page_size(Some(100));
+    let started = std::time::Instant::now();
     let mut run = synced(&c).await;
-    assert_eq!(run.view.len(), 250);
+    eprintln!(
+        "initial sync of {} objects: {:?}",
+        3 * SERVICES + 1,
+        started.elapsed()
+    );
+    assert_eq!(run.view.len(), SERVICES);
     let before: [usize; 4] = [
         c.server.counts::<Service>().lists,
         c.server.counts::<EndpointSlice>().lists,
         c.server.counts::<Pod>().lists,
         c.server.counts::<Node>().lists,
     ];
+    let relist = std::time::Instant::now();
     c.server.expire::<Service>();
     c.server.expire::<EndpointSlice>();
     c.server.expire::<Pod>();
     c.server.expire::<Node>();
     until("every kind relisted", || {
-        c.server.counts::<Service>().lists >= before[0] + 3
-            && c.server.counts::<EndpointSlice>().lists >= before[1] + 3
-            && c.server.counts::<Pod>().lists >= before[2] + 3
+        c.server.counts::<Service>().lists >= before[0] + 4
+            && c.server.counts::<EndpointSlice>().lists >= before[1] + 4
+            && c.server.counts::<Pod>().lists >= before[2] + 4
             && c.server.counts::<Node>().lists > before[3]
     })
     .await;
+    eprintln!(
+        "relist of every kind requested and served: {:?}",
+        relist.elapsed()
+    );
     let changes = run.settle(QUIET).await;
     assert!(
         changes.is_empty(),

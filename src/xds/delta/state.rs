@@ -1,0 +1,453 @@
+//! The delta protocol state of one resource type on one stream: subscriptions, ACK/NACK
+//! bookkeeping, and what the next response carries.
+//!
+//! One cohesive state machine, deliberately in one file, and pure (no I/O) so every DELTA rule is
+//! unit-tested. The stream task owns one per type.
+//!
+//! What the client holds is tracked without copying it: `view` is the [`TypeResources`] map the
+//! last response was built from. For every name the subscription covered then and still covers,
+//! the client holds exactly that map's entry, or nothing when the map has none. The next response
+//! is the part of `view.diff(newest)` the subscription covers, plus what is owed by the requests
+//! since. Maps are persistent and share structure between snapshots, so the diff skips everything
+//! unchanged (it costs the change, not the mesh, DELTA-8), and `view` is the same allocation every
+//! up-to-date stream shares: per stream, memory is the subscription and what is owed, both bounded
+//! by what the client asked for. A slow client simply diffs from an older map to the newest one and
+//! skips every snapshot in between.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use imbl::ordmap::DiffItem;
+
+use super::super::connections::TypeStatus;
+use super::super::state::{MAX_ERROR_BYTES, bounded};
+use super::super::subscription::{Subscription, WILDCARD};
+use crate::envoy::{EncodedResource, ResourceType};
+use crate::snapshot::{Entry, Snapshot, TypeResources, TypeVersion};
+
+/// How a request was classified (DELTA-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// First request for the type on this stream.
+    Initial,
+    /// Acknowledges the last response (it may also change the subscription).
+    Ack,
+    /// Carries `error_detail` (DELTA-14).
+    Nack,
+    /// Empty nonce after the first request: a spontaneous subscription change.
+    Update,
+    /// Carries the nonce of an older response. Its subscription changes are still applied (DELTA-3,
+    /// G-2); only the ACK is meaningless.
+    Stale,
+}
+
+/// One delta request, as far as this state is concerned.
+#[derive(Debug, Default)]
+pub(crate) struct Request<'a> {
+    pub nonce: &'a str,
+    pub subscribe: &'a [String],
+    pub unsubscribe: &'a [String],
+    /// `initial_resource_versions`: only read on the first request of the type (DELTA-11).
+    pub initial_versions: Option<&'a HashMap<String, String>>,
+    /// `error_detail.message` when present.
+    pub error: Option<&'a str>,
+}
+
+/// What the client is owed beyond what changed in the snapshot.
+#[derive(Debug, Default)]
+struct Owed {
+    /// Every resource the subscription covers (first request, wildcard switched on, admin push).
+    all: bool,
+    /// These names, when covered: sent if they exist, even unchanged (DELTA-7), and listed as
+    /// removed if they do not (DELTA-10).
+    names: BTreeSet<Arc<str>>,
+    /// Answer even with nothing to send (the first request: the client's initial fetch ends).
+    respond: bool,
+    /// The first request's `initial_resource_versions` (DELTA-11): what a reconnecting client
+    /// already holds. Bounded by the request size limit; dropped once the first response is
+    /// acknowledged.
+    initial_versions: Option<HashMap<Arc<str>, Box<str>>>,
+}
+
+impl Owed {
+    fn is_empty(&self) -> bool {
+        !self.all && !self.respond && self.names.is_empty() && self.initial_versions.is_none()
+    }
+
+    fn merge(&mut self, other: Owed) {
+        self.all |= other.all;
+        self.respond |= other.respond;
+        self.names.extend(other.names);
+        if self.initial_versions.is_none() {
+            self.initial_versions = other.initial_versions;
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Sent {
+    nonce: Arc<str>,
+    version: TypeVersion,
+    at: SystemTime,
+}
+
+/// What to restore if the staged response is recalled before the client got it.
+#[derive(Debug)]
+pub(crate) struct Restore {
+    view: Option<Arc<TypeResources>>,
+    owed: Owed,
+    sent: Option<Sent>,
+}
+
+/// A response's content, ready to frame.
+#[derive(Debug)]
+pub(crate) struct Built {
+    /// The type version of the snapshot it came from, for `system_version_info` (debug only).
+    pub version: TypeVersion,
+    /// Resources to send, in name order.
+    pub resources: Vec<Arc<EncodedResource>>,
+    /// Names to list in `removed_resources`, in name order; disjoint from `resources` (INV-4).
+    pub removed: Vec<Arc<str>>,
+    /// Whether snapshot changes (not only the client's requests) caused it.
+    pub change_driven: bool,
+    /// The state before this response, for [`DeltaState::recalled`].
+    pub restore: Restore,
+}
+
+/// The delta state of one type on one stream.
+#[derive(Debug)]
+pub(crate) struct DeltaState {
+    ty: ResourceType,
+    sub: Subscription,
+    requested: bool,
+    /// The map the last response was built from (see the module doc); `None` before the first
+    /// response or while nothing is subscribed.
+    view: Option<Arc<TypeResources>>,
+    owed: Owed,
+    sent: Option<Sent>,
+    /// The state before the response still staged, if one is.
+    staged: Option<Restore>,
+    acked: Option<(Arc<str>, String)>,
+    last_error: Option<String>,
+    /// The snapshot this type was last brought up to.
+    synced_seq: u64,
+    /// CDS over ADS: clusters removed by a push whose listeners and routes have not gone out yet;
+    /// their removal follows them (make-before-break, SOTW-31).
+    deferred_removals: Vec<Arc<str>>,
+}
+
+impl DeltaState {
+    pub(crate) fn new(ty: ResourceType) -> Self {
+        Self {
+            ty,
+            sub: Subscription::default(),
+            requested: false,
+            view: None,
+            owed: Owed::default(),
+            sent: None,
+            staged: None,
+            acked: None,
+            last_error: None,
+            synced_seq: 0,
+            deferred_removals: Vec::new(),
+        }
+    }
+
+    /// Whether a response may be sent for this type (INV-5).
+    pub(crate) fn subscribed(&self) -> bool {
+        self.requested && !self.sub.is_empty()
+    }
+
+    /// Whether the next build may produce a response, given the newest snapshot `latest_seq`.
+    pub(crate) fn has_work(&self, latest_seq: u64) -> bool {
+        self.subscribed() && (self.synced_seq < latest_seq || !self.owed.is_empty())
+    }
+
+    /// Applies one request (DELTA-2/3/4/5/6/7/10/11/14/16) and says what it was.
+    pub(crate) fn on_request(&mut self, req: &Request<'_>) -> Kind {
+        let first = !self.requested;
+        let matches_sent = self.sent.as_ref().is_some_and(|s| *s.nonce == *req.nonce);
+        let kind = if let Some(message) = req.error {
+            // DELTA-14: record; the versions it rejected are not sent again, later changes are.
+            self.last_error = Some(bounded(message, MAX_ERROR_BYTES));
+            Kind::Nack
+        } else if first {
+            Kind::Initial
+        } else if req.nonce.is_empty() {
+            Kind::Update
+        } else if matches_sent {
+            let version = self.sent.as_ref().map(|s| s.version.to_string());
+            self.acked = Some((Arc::from(req.nonce), version.unwrap_or_default()));
+            self.last_error = None;
+            Kind::Ack
+        } else {
+            Kind::Stale
+        };
+        if matches_sent {
+            // The client has the staged response: nothing left to recall.
+            self.staged = None;
+        }
+        self.requested = true;
+        let change = self
+            .sub
+            .apply_delta(self.ty, first, req.subscribe, req.unsubscribe);
+        if self.sub.is_empty() {
+            // Nothing wanted: nothing owed, and what the client held no longer matters.
+            self.owed = Owed::default();
+            self.view = None;
+            self.deferred_removals.clear();
+            return kind;
+        }
+        if first {
+            self.owed.all = true;
+            self.owed.respond = true;
+            self.owed.initial_versions =
+                req.initial_versions
+                    .filter(|irv| !irv.is_empty())
+                    .map(|irv| {
+                        irv.iter()
+                            .map(|(n, v)| (Arc::from(n.as_str()), Box::from(v.as_str())))
+                            .collect()
+                    });
+            return kind;
+        }
+        if change.wildcard_on {
+            self.owed.all = true;
+            self.owed.respond = true;
+        }
+        for name in req.subscribe.iter().filter(|n| *n != WILDCARD) {
+            // DELTA-7, DELTA-10: every name in subscribe is answered, even one already held.
+            if let Some(name) = self.sub.names.get(name.as_str()) {
+                self.owed.names.insert(Arc::clone(name));
+                self.owed.respond = true;
+            }
+        }
+        for name in change.removed {
+            if self.sub.wildcard {
+                // DELTA-5: the client dropped it, but the wildcard still wants it.
+                self.owed.names.insert(name);
+            } else {
+                // DELTA-6: nothing to say.
+                self.owed.names.remove(&name);
+            }
+        }
+        kind
+    }
+
+    /// Owes `names` again if they are subscribed (admin push, CDS warming).
+    pub(crate) fn owe(&mut self, names: impl IntoIterator<Item = Arc<str>>) {
+        if !self.subscribed() {
+            return;
+        }
+        for name in names {
+            if self.sub.covers(&name) {
+                self.owed.names.insert(name);
+            }
+        }
+    }
+
+    /// Owes everything subscribed (`/debug/adsz?push=true`).
+    pub(crate) fn force_all(&mut self) {
+        if self.subscribed() {
+            self.owed.all = true;
+            self.owed.respond = true;
+        }
+    }
+
+    /// Owes the removals held back by [`Self::build`] with `defer_removals` (end of an ADS push).
+    pub(crate) fn release_deferred(&mut self) {
+        let names = std::mem::take(&mut self.deferred_removals);
+        self.owe(names);
+    }
+
+    /// Computes the next response from `snap`, consuming what was owed, and records `snap`'s map as
+    /// the client's view. `None` when there is nothing to send.
+    ///
+    /// With `defer_removals`, removals found by the diff are held back (see
+    /// [`Self::release_deferred`]); owed names that do not exist are still answered at once.
+    pub(crate) fn build(
+        &mut self,
+        snap: &Snapshot,
+        bind: Option<IpAddr>,
+        defer_removals: bool,
+    ) -> Option<Built> {
+        self.synced_seq = self.synced_seq.max(snap.seq);
+        if !self.subscribed() {
+            return None;
+        }
+        let owed = std::mem::take(&mut self.owed);
+        let res = snap.resources_for(self.ty, bind);
+        let mut send: BTreeMap<Arc<str>, Arc<EncodedResource>> = BTreeMap::new();
+        let mut removed: BTreeSet<Arc<str>> = BTreeSet::new();
+        let mut change_driven = false;
+        if let Some(held) = &owed.initial_versions {
+            self.reconcile(&res, held, &mut send, &mut removed);
+        } else {
+            if let Some(view) = self.view.clone() {
+                self.diff(&view, &res, defer_removals, &mut send, &mut removed);
+                change_driven = !send.is_empty() || !removed.is_empty();
+            }
+            if owed.all || self.view.is_none() {
+                if self.sub.wildcard {
+                    send.extend(
+                        res.entries
+                            .iter()
+                            .map(|(n, e)| (Arc::clone(n), Arc::clone(&e.resource))),
+                    );
+                }
+                for name in &self.sub.names {
+                    answer(&res, name, &mut send, &mut removed);
+                }
+            }
+        }
+        for name in owed.names.iter().filter(|n| self.sub.covers(n)) {
+            answer(&res, name, &mut send, &mut removed);
+        }
+        let restore_view = self.view.replace(Arc::clone(&res));
+        if send.is_empty() && removed.is_empty() && !owed.respond {
+            return None;
+        }
+        Some(Built {
+            version: res.version,
+            resources: send.into_values().collect(),
+            removed: removed.into_iter().collect(),
+            change_driven,
+            restore: Restore {
+                view: restore_view,
+                owed,
+                sent: None,
+            },
+        })
+    }
+
+    /// What changed between the client's `view` and `res`, for the names the subscription covers
+    /// (DELTA-8, DELTA-9). Shared subtrees are skipped: this costs the change.
+    fn diff(
+        &mut self,
+        view: &TypeResources,
+        res: &TypeResources,
+        defer_removals: bool,
+        send: &mut BTreeMap<Arc<str>, Arc<EncodedResource>>,
+        removed: &mut BTreeSet<Arc<str>>,
+    ) {
+        for item in view.entries.diff(&res.entries) {
+            match item {
+                DiffItem::Add(name, e) | DiffItem::Update { new: (name, e), .. } => {
+                    if self.sub.covers(name) {
+                        send.insert(Arc::clone(name), Arc::clone(&e.resource));
+                    }
+                }
+                DiffItem::Remove(name, _) if self.sub.covers(name) => {
+                    if defer_removals {
+                        self.deferred_removals.push(Arc::clone(name));
+                    } else {
+                        removed.insert(Arc::clone(name));
+                    }
+                }
+                DiffItem::Remove(..) => {}
+            }
+        }
+    }
+
+    /// DELTA-11/12: the first response to a reconnecting client that already holds `held`: what
+    /// differs or is new, and removals for what it holds that no longer exists. Names it holds at
+    /// the current version are skipped.
+    fn reconcile(
+        &self,
+        res: &TypeResources,
+        held: &HashMap<Arc<str>, Box<str>>,
+        send: &mut BTreeMap<Arc<str>, Arc<EncodedResource>>,
+        removed: &mut BTreeSet<Arc<str>>,
+    ) {
+        let stale =
+            |name: &str, e: &Entry| held.get(name).is_none_or(|v| **v != *e.resource.version);
+        if self.sub.wildcard {
+            for (name, e) in res.entries.iter().filter(|(n, e)| stale(n, e)) {
+                send.insert(Arc::clone(name), Arc::clone(&e.resource));
+            }
+            for name in held.keys().filter(|n| res.get(n).is_none()) {
+                removed.insert(Arc::clone(name));
+            }
+        }
+        for name in &self.sub.names {
+            match res.get(name) {
+                Some(e) if !stale(name, e) => {}
+                Some(e) => {
+                    send.insert(Arc::clone(name), Arc::clone(&e.resource));
+                }
+                None => {
+                    removed.insert(Arc::clone(name));
+                }
+            }
+        }
+    }
+
+    /// Records that the response `built` came from went out with `nonce`.
+    pub(crate) fn sent(&mut self, nonce: Arc<str>, version: TypeVersion, mut restore: Restore) {
+        // Kept until the client acknowledges this response or the next one is staged; that includes
+        // a first response's initial versions, so a recalled reconnect answer is rebuilt with its
+        // removals (bounded by the request size limit).
+        restore.sent = self.sent.take();
+        self.staged = Some(restore);
+        self.sent = Some(Sent {
+            nonce,
+            version,
+            at: SystemTime::now(),
+        });
+    }
+
+    /// The staged response was taken back before the body started it: it never reached the
+    /// client, so the client holds what it held before, and what that response answered is owed
+    /// again.
+    pub(crate) fn recalled(&mut self) {
+        let Some(restore) = self.staged.take() else {
+            return;
+        };
+        self.sent = restore.sent;
+        self.view = restore.view;
+        self.owed.merge(restore.owed);
+        if self.view.is_none() {
+            self.owed.all = true;
+        }
+        if !self.subscribed() {
+            self.owed = Owed::default();
+        }
+    }
+
+    /// The debug view of this type.
+    pub(crate) fn status(&self) -> TypeStatus {
+        TypeStatus {
+            requested: self.requested,
+            wildcard: self.sub.wildcard,
+            names: self.sub.names.clone(),
+            sent_nonce: self.sent.as_ref().map(|s| Arc::clone(&s.nonce)),
+            sent_version: self.sent.as_ref().map(|s| s.version.to_string()),
+            sent_at: self.sent.as_ref().map(|s| s.at),
+            acked_nonce: self.acked.as_ref().map(|a| Arc::clone(&a.0)),
+            acked_version: self.acked.as_ref().map(|a| a.1.clone()),
+            last_error: self.last_error.clone(),
+        }
+    }
+}
+
+/// Sends `name` if it exists, else lists it as removed (DELTA-10).
+fn answer(
+    res: &TypeResources,
+    name: &Arc<str>,
+    send: &mut BTreeMap<Arc<str>, Arc<EncodedResource>>,
+    removed: &mut BTreeSet<Arc<str>>,
+) {
+    match res.get(name) {
+        Some(e) => {
+            send.insert(Arc::clone(name), Arc::clone(&e.resource));
+        }
+        None => {
+            removed.insert(Arc::clone(name));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
