@@ -108,6 +108,7 @@ impl Running {
                 self.statuses.push(s.clone());
                 self.status = s;
             }
+            RegistryEvent::Rejected(_) => {}
             RegistryEvent::Changes(changes) => {
                 assert!(!changes.is_empty(), "no empty batches");
                 for c in changes {

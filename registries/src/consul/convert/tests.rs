@@ -66,7 +66,8 @@ fn a_typical_instance_maps_every_field() {
         [ServicePort {
             name: "http".into(),
             port: 8080,
-            protocol: Protocol::Http
+            protocol: Protocol::Http,
+            target_port: None,
         }]
     );
     assert_eq!(s.service.resolution, Resolution::Static);
