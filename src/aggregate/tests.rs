@@ -349,3 +349,25 @@ async fn flip_flop_ends_in_final_state() {
     assert!(!push.service_change);
     assert!(h.next(ms(500)).await.is_none(), "one push for 50 flips");
 }
+
+// REG-11: rejected config objects are published per registry (for /debug/configz) and cause no
+// push; a later list replaces the earlier one.
+#[tokio::test(start_paused = true)]
+async fn rejected_objects_are_published_and_push_nothing() {
+    let mut h = Harness::start(&["mock"], settings(), Duration::ZERO);
+    h.synced_with_a().await;
+    let rejection = tributary_registries::Rejection {
+        object: "ServiceEntry shop/bad".into(),
+        source: "se.yaml:7".into(),
+        field: "spec.ports[0].number".into(),
+        message: "port number 0 must be in the range 1..65535".into(),
+        serving_previous: false,
+    };
+    h.send("mock", RegistryEvent::Rejected(vec![rejection.clone()]))
+        .await;
+    assert!(h.next(ms(500)).await.is_none(), "no push for a rejection");
+    assert_eq!(h.view.load().registries[0].rejected, [rejection]);
+    h.send("mock", RegistryEvent::Rejected(Vec::new())).await;
+    assert!(h.next(ms(500)).await.is_none());
+    assert!(h.view.load().registries[0].rejected.is_empty());
+}
