@@ -15,8 +15,8 @@
 //!
 //! # Contract
 //!
-//! Every object of every source, then `Synced` once the directory was read and every CRD watch
-//! listed; then only real changes. An invalid object is reported (`RegistryEvent::Rejected`, a log
+//! Every object as soon as its source has read it (the directory at start, each CRD watch when it
+//! has listed), `Synced` once all have; then only real changes. An invalid object is reported (`RegistryEvent::Rejected`, a log
 //! line, `/debug/configz`) and every other object is still served; an object that becomes invalid
 //! keeps its last valid version. A source that fails (directory gone, API server unreachable)
 //! makes the registry `Degraded` and withdraws nothing.

@@ -33,7 +33,9 @@ use crate::kubernetes::backoff::RetryBackoff;
 pub(crate) use crate::kubernetes::client::Credentials;
 use crate::kubernetes::client::{ApiSuccesses, RateLimitLayer};
 
-/// Events waiting for the worker; the watch task waits when it is full.
+/// Events waiting for the worker. Each is small (a list is one event), so a few hundred absorb a
+/// burst of single changes while the worker rebuilds; when full, the watch task waits (back-
+/// pressure reaches the API server's watch, never unbounded memory).
 pub(crate) const EVENT_CAPACITY: usize = 256;
 
 /// What a watch covers: a kind (or Pods) in one namespace, or in all of them.

@@ -65,8 +65,11 @@ impl Directory {
         self.problem.as_deref()
     }
 
-    /// Reads the directory again. A listing failure keeps every file as it was.
-    pub(crate) fn rescan(&mut self) {
+    /// Reads the directory again; returns whether anything changed (a file's text, the set of
+    /// files, or whether the directory or a file can be read). A listing failure keeps every file
+    /// as it was.
+    pub(crate) fn rescan(&mut self) -> bool {
+        let problem_before = self.problem.clone();
         let names = match list(&self.dir) {
             Ok(names) => names,
             Err(e) => {
@@ -78,10 +81,11 @@ impl Directory {
                     "cannot list ServiceEntry directory {}: {e} (does it exist and is it readable?)",
                     self.dir.display()
                 ));
-                return;
+                return self.problem != problem_before;
             }
         };
-        if self.problem.take().is_some() {
+        let mut changed = self.problem.take().is_some();
+        if changed {
             tracing::info!(dir = %self.dir.display(), "ServiceEntry directory readable again");
         }
         let mut old = std::mem::take(&mut self.files);
@@ -93,10 +97,12 @@ impl Directory {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
                     let mut state = previous.unwrap_or_default();
-                    state.problem = Some(Unreadable {
+                    let problem = Some(Unreadable {
                         line: None,
                         message: format!("cannot read the file: {e}"),
                     });
+                    changed |= state.problem != problem;
+                    state.problem = problem;
                     state.text.clear();
                     self.files.insert(path, state);
                     continue;
@@ -104,13 +110,18 @@ impl Directory {
             };
             let state = match previous {
                 Some(p) if p.text == text => p,
-                previous => self.read(&path, text, previous),
+                previous => {
+                    changed = true;
+                    self.read(&path, text, previous)
+                }
             };
             self.files.insert(path, state);
         }
         for path in old.keys() {
             tracing::info!(file = %path.display(), "ServiceEntry file removed");
+            changed = true;
         }
+        changed
     }
 
     fn read(&self, path: &Path, text: String, previous: Option<FileState>) -> FileState {

@@ -63,7 +63,8 @@ impl FileSource {
         Ok(source)
     }
 
-    fn rescan(&mut self) {
+    /// Reads the directory (watching it first if need be); whether anything changed.
+    fn rescan(&mut self) -> bool {
         self.reload_at = None;
         self.burst_started = None;
         self.rescan_at = Instant::now() + self.interval;
@@ -76,11 +77,12 @@ impl FileSource {
                     "no directory watch; relying on periodic rescans until one can be set up"),
             }
         }
-        self.dir.rescan();
+        let changed = self.dir.rescan();
         if self.dir.problem().is_some() {
             // The watch may follow a directory that moved away; start again once it is back.
             self.watch = None;
         }
+        changed
     }
 
     fn touched(&mut self) {
@@ -247,7 +249,7 @@ impl Worker {
 
     /// Runs until the sink closes.
     pub(crate) async fn run(mut self) -> Result<(), RegistryError> {
-        self.publish().await?;
+        self.publish(true).await?;
         loop {
             let files = self.files.as_mut();
             let (reload_at, rescan_at) = match &files {
@@ -256,16 +258,20 @@ impl Worker {
             };
             let dir_events = files.and_then(|f| f.watch.as_mut().map(|(_, rx)| rx));
             let cluster_events = self.cluster.as_mut().map(|c| &mut c.events);
-            tokio::select! {
-                signal = recv(dir_events) => match (signal, self.files.as_mut()) {
-                    (Some(()), Some(f)) => f.touched(),
-                    // The watch ended: read again, which starts a new one.
-                    (None, Some(f)) => {
-                        f.watch = None;
-                        f.touched();
+            // Whether the objects may have changed (else only health may have).
+            let rebuild = tokio::select! {
+                signal = recv(dir_events) => {
+                    match (signal, self.files.as_mut()) {
+                        (Some(()), Some(f)) => f.touched(),
+                        // The watch ended: read again, which starts a new one.
+                        (None, Some(f)) => {
+                            f.watch = None;
+                            f.touched();
+                        }
+                        (_, None) => {}
                     }
-                    (_, None) => {}
-                },
+                    false
+                }
                 () = sleep(reload_at) => self.rescan(),
                 () = sleep(rescan_at) => self.rescan(),
                 event = recv(cluster_events) => {
@@ -280,21 +286,20 @@ impl Worker {
                         // The watch task ended (it only does when the worker is gone).
                         None => return Ok(()),
                     }
+                    true
                 }
-            }
-            self.publish().await?;
+            };
+            self.publish(rebuild).await?;
         }
     }
 
-    fn rescan(&mut self) {
-        if let Some(f) = self.files.as_mut() {
-            f.rescan();
-        }
+    fn rescan(&mut self) -> bool {
+        self.files.as_mut().is_some_and(FileSource::rescan)
     }
 
-    /// Sends the status if it changed, then (once every source has listed) the changes, the
-    /// rejections if they changed, and `Synced` the first time.
-    async fn publish(&mut self) -> Result<(), RegistryError> {
+    /// Sends the status if it changed; with `rebuild`, the changes, the rejections if they
+    /// changed, and `Synced` once every source has listed.
+    async fn publish(&mut self, rebuild: bool) -> Result<(), RegistryError> {
         let reasons: Vec<&str> = self
             .files
             .iter()
@@ -311,7 +316,7 @@ impl Worker {
             self.status = status.clone();
             self.sink.status(status).await?;
         }
-        if self.cluster.as_ref().is_some_and(|c| !c.pending.is_empty()) {
+        if !rebuild {
             return Ok(());
         }
         let entries = self
@@ -333,7 +338,10 @@ impl Worker {
             self.rejected = rejected.clone();
             self.sink.rejected(rejected).await?;
         }
-        if !self.synced {
+        // What is known goes out before every source has listed (so that, should the cluster never
+        // answer, the aggregate's sync timeout still serves the files); `Synced` waits for all.
+        let listed = self.cluster.as_ref().is_none_or(|c| c.pending.is_empty());
+        if !self.synced && listed {
             self.synced = true;
             info!(
                 services = self.delivered.len(),

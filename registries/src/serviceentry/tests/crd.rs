@@ -321,3 +321,32 @@ async fn an_unreadable_kubeconfig_is_a_config_error() {
         .to_string();
     assert!(err.contains("/nonexistent/kubeconfig"), "{err}");
 }
+
+#[tokio::test]
+async fn files_are_reported_before_an_unreachable_cluster_lists_and_synced_waits_for_it() {
+    // REG-15: should the cluster never answer, the aggregate's sync timeout still has the files.
+    let c = Cluster::start("v1").await;
+    c.apply(&service_entry("api", "shop", SELECTING));
+    c.server.stop().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("db.yaml"),
+        service_entry("db", "shop", "hosts: [db.example.com]\nports: [{number: 5432, name: tcp, protocol: TCP}]\nresolution: DNS"),
+    )
+    .unwrap();
+    let mut config = c.config();
+    config.directory = Some(dir.path().to_path_buf());
+    let mut run = Run::start(config);
+    run.wait("the file's service", |r| r.get("db.example.com").is_some())
+        .await;
+    run.wait("degraded", |r| {
+        matches!(r.status, RegistryStatus::Degraded { .. })
+    })
+    .await;
+    assert!(!run.synced, "not synced before the cluster lists");
+    c.server.restart().await.unwrap();
+    run.wait("synced with both", |r| {
+        r.synced && r.get("api.shop.example").is_some()
+    })
+    .await;
+}
