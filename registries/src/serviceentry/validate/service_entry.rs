@@ -304,6 +304,17 @@ fn endpoints(
             continue;
         };
         let unix = ep.address.starts_with(workload::UNIX_PREFIX);
+        if unix && allow_fqdn {
+            // A socket path cannot be resolved: Istio's DNS check rejects it as not an FQDN.
+            out.push(Violation::new(
+                at.key("address"),
+                format!(
+                    "endpoint address {:?} is not a valid FQDN or an IP address",
+                    ep.address
+                ),
+            ));
+            continue;
+        }
         if unix && spec.ports.len() != 1 {
             out.push(Violation::new(
                 at.key("address"),

@@ -174,6 +174,12 @@ fn tributary_rejects_what_it_cannot_serve() {
             .any(|(f, m)| f == "spec.resolution" && m.contains("DYNAMIC_DNS")),
         "{e:?}"
     );
+    let e = se("hosts: [a.example.com]\nports: [{number: 80, name: http}]\nresolution: DNS\nendpoints: [{address: 'unix:///var/run/a.sock'}]")
+        .unwrap_err();
+    assert!(
+        e[0].1.contains("not a valid FQDN"),
+        "a DNS entry cannot resolve a socket: {e:?}"
+    );
     let e = se("hosts: [a.example.com]\nports: [{number: 80, name: http}]\nresolution: STATIC\nendpoints: [{network: remote}]")
         .unwrap_err();
     assert!(e[0].1.contains("network gateways"), "{e:?}");
