@@ -149,7 +149,12 @@ impl tower::Service<Req> for TriggerService {
         let epoch = self.0.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         let push = response(self.0.delta, self.0.push_bytes, &format!("push-{epoch}"));
         let _ = self.0.pushes.send(push);
-        let frames = futures::stream::iter([Ok::<_, tonic::Status>(Frame::data(framed(&[])))]);
+        let mut ok = http::HeaderMap::new();
+        ok.insert("grpc-status", http::HeaderValue::from_static("0"));
+        let frames = futures::stream::iter([
+            Ok::<_, tonic::Status>(Frame::data(framed(&[]))),
+            Ok(Frame::trailers(ok)),
+        ]);
         let body = tonic::body::Body::new(http_body_util::StreamBody::new(frames));
         ready(Ok(grpc_response(body)))
     }
