@@ -1,0 +1,149 @@
+//! What one registry change costs inside tributary, on the load tool's `large` mesh
+//! (10,000 services × 2 ports × 10 endpoints): building the snapshot from scratch and after one
+//! endpoint change, encoding one service's resources, merging one hostname across two registries,
+//! and finding what one delta stream must send after that change.
+//!
+//! `cargo bench --bench snapshot`; numbers and their reading are in BENCHMARKS.md.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use tributary::aggregate::{MergedService, merge};
+use tributary::envoy::{GenerateOptions, ResourceType, clusters_for, load_assignments_for};
+use tributary::snapshot::MeshBuilder;
+use tributary_registries::mock::{EndpointSpec, PortSpec, ServiceSpec};
+use tributary_registries::{ClusterId, Hostname, Origin, Protocol, RegistryId, ServiceState};
+
+const SERVICES: usize = 10_000;
+const PORTS: usize = 2;
+const ENDPOINTS: usize = 10;
+
+fn origin(registry: &str) -> Origin {
+    Origin {
+        registry: RegistryId::new(registry),
+        cluster: ClusterId::new("bench"),
+    }
+}
+
+fn state(i: usize, generation: u16, registry: &str) -> ServiceState {
+    let spec = ServiceSpec {
+        hostname: format!("svc-{i:05}.bench.svc.cluster.local"),
+        ports: (0..PORTS)
+            .map(|p| PortSpec {
+                name: format!("http-{p}"),
+                port: 20000 + p as u16,
+                protocol: Protocol::Http,
+            })
+            .collect(),
+        resolution: Default::default(),
+        location: Default::default(),
+        vips: vec![],
+        labels: BTreeMap::new(),
+        service_accounts: vec![],
+        endpoints: (0..ENDPOINTS)
+            .map(|e| {
+                let n = i * ENDPOINTS + e;
+                EndpointSpec {
+                    address: format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255),
+                    ports: (0..PORTS)
+                        .map(|p| (format!("http-{p}"), 8000 + p as u16 + generation))
+                        .collect(),
+                    labels: BTreeMap::new(),
+                    locality: "region/zone".into(),
+                    health: Default::default(),
+                    weight: 1,
+                    network: String::new(),
+                    service_account: String::new(),
+                }
+            })
+            .collect(),
+    };
+    spec.to_state(&origin(registry)).expect("generated specs are valid")
+}
+
+fn merged(i: usize, generation: u16) -> (Hostname, Option<Arc<MergedService>>) {
+    let s = state(i, generation, "mock");
+    let host = s.service.hostname.clone();
+    (host, merge([&s]).map(Arc::new))
+}
+
+fn mesh() -> Vec<(Hostname, Option<Arc<MergedService>>)> {
+    (0..SERVICES).map(|i| merged(i, 0)).collect()
+}
+
+fn benches(c: &mut Criterion) {
+    let all = mesh();
+    let mut g = c.benchmark_group("large mesh (10,000×2×10)");
+    g.sample_size(10);
+    g.bench_function("snapshot build from scratch", |b| {
+        b.iter_batched(
+            || all.clone(),
+            |hosts| {
+                let mut m = MeshBuilder::new(GenerateOptions::default());
+                black_box(m.apply(hosts, Instant::now()))
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+
+    let mut builder = MeshBuilder::new(GenerateOptions::default());
+    let base = builder
+        .apply(all.clone(), Instant::now())
+        .expect("first build");
+    let mut generation = 0;
+    c.bench_function("snapshot build after one endpoint change (large)", |b| {
+        b.iter_batched(
+            || {
+                generation += 1;
+                vec![merged(generation as usize % SERVICES, generation % 1000 + 1)]
+            },
+            |change| black_box(builder.apply(change, Instant::now())),
+            BatchSize::SmallInput,
+        )
+    });
+
+    let one = merged(42, 0).1.expect("a service");
+    c.bench_function("encode one service (2 clusters + 2 CLAs)", |b| {
+        let options = GenerateOptions::default();
+        b.iter(|| {
+            let mut issues = Vec::new();
+            let mut r = clusters_for(&one, &options, &mut issues);
+            r.extend(load_assignments_for(&one, &options, &mut issues));
+            black_box(r)
+        })
+    });
+
+    let (a, b2) = (state(7, 0, "kubernetes"), state(7, 1, "consul"));
+    c.bench_function("aggregate merge of one hostname from two registries", |b| {
+        b.iter(|| black_box(merge([&a, &b2])))
+    });
+
+    // The delta stream's work after one endpoint change: diff the map it last sent from against
+    // the new one (shared structure is skipped), for EDS and for CDS (which did not change).
+    let mut builder = MeshBuilder::new(GenerateOptions::default());
+    let before = builder.apply(all, Instant::now()).expect("first build");
+    let after = builder
+        .apply(vec![merged(5_000, 7)], Instant::now())
+        .expect("a change");
+    c.bench_function("delta diff for one stream after one endpoint change", |b| {
+        b.iter(|| {
+            let mut n = 0;
+            for ty in [ResourceType::Cluster, ResourceType::Endpoint] {
+                n += before
+                    .resources(ty)
+                    .entries
+                    .diff(&after.resources(ty).entries)
+                    .count();
+            }
+            black_box(n)
+        })
+    });
+    drop(base);
+}
+
+criterion_group!(snapshot, benches);
+criterion_main!(snapshot);
