@@ -61,7 +61,8 @@ fn state(i: usize, generation: u16, registry: &str) -> ServiceState {
             })
             .collect(),
     };
-    spec.to_state(&origin(registry)).expect("generated specs are valid")
+    spec.to_state(&origin(registry))
+        .expect("generated specs are valid")
 }
 
 fn merged(i: usize, generation: u16) -> (Hostname, Option<Arc<MergedService>>) {
@@ -99,7 +100,10 @@ fn benches(c: &mut Criterion) {
         b.iter_batched(
             || {
                 generation += 1;
-                vec![merged(generation as usize % SERVICES, generation % 1000 + 1)]
+                vec![merged(
+                    generation as usize % SERVICES,
+                    generation % 1000 + 1,
+                )]
             },
             |change| black_box(builder.apply(change, Instant::now())),
             BatchSize::SmallInput,

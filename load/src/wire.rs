@@ -250,3 +250,89 @@ impl Decoder for RawDecoder {
             .map_err(|e| Status::internal(format!("bad response: {e}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::service::discovery::v3::{
+        DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+        Resource as DeltaResource,
+    };
+    use envoy_types::pb::google::protobuf::Any;
+    use prost::Message;
+
+    use super::*;
+
+    fn any_cluster(name: &str) -> Any {
+        Any {
+            type_url: CDS.into(),
+            value: Cluster {
+                name: name.into(),
+                alt_stat_name: "x".into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        }
+    }
+
+    #[test]
+    fn hand_encoded_requests_decode_as_the_real_messages() {
+        let names = encode_names(3, &["a".into(), "b".into()]);
+        let node = node("load-1");
+        let r =
+            DiscoveryRequest::decode(sotw_request(EDS, "v1", "n1", &names, Some(&node))).unwrap();
+        assert_eq!(r.resource_names, ["a", "b"]);
+        assert_eq!(
+            (r.version_info.as_str(), r.response_nonce.as_str()),
+            ("v1", "n1")
+        );
+        assert_eq!(r.type_url, EDS);
+        assert_eq!(r.node.unwrap().id, "load-1");
+        let unsub = encode_names(4, &["c".into()]);
+        let d =
+            DeltaDiscoveryRequest::decode(delta_request(CDS, "n2", &names, &unsub, None)).unwrap();
+        assert_eq!(d.resource_names_subscribe, ["a", "b"]);
+        assert_eq!(d.resource_names_unsubscribe, ["c"]);
+        assert_eq!(d.response_nonce, "n2");
+        assert!(d.node.is_none());
+    }
+
+    #[test]
+    fn responses_parse_with_names_read_lazily() {
+        let sotw = DiscoveryResponse {
+            version_info: "v".into(),
+            resources: vec![any_cluster("c1"), any_cluster("c2")],
+            type_url: CDS.into(),
+            nonce: "n".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let r = Response::parse(Bytes::from(sotw.clone()), false).unwrap();
+        assert_eq!(
+            (r.version.as_str(), r.nonce.as_str(), r.type_url.as_str()),
+            ("v", "n", CDS)
+        );
+        assert_eq!(r.names(false), ["c1", "c2"]);
+        assert_eq!(r.len, sotw.len());
+        let delta = DeltaDiscoveryResponse {
+            system_version_info: "sv".into(),
+            resources: vec![DeltaResource {
+                name: "c3".into(),
+                version: "1".into(),
+                resource: Some(any_cluster("c3")),
+                ..Default::default()
+            }],
+            removed_resources: vec!["gone".into()],
+            type_url: CDS.into(),
+            nonce: "dn".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let r = Response::parse(Bytes::from(delta), true).unwrap();
+        assert_eq!(r.names(true), ["c3"]);
+        assert_eq!(r.removed, ["gone"]);
+        assert!(Response::parse(Bytes::from_static(&[0x12, 0x50, 1]), false).is_err());
+    }
+}
