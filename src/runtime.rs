@@ -3,8 +3,11 @@
 //! Every long-lived task is owned by one `JoinSet` and stops on one cancellation token. Listen
 //! sockets are bound first, so a port in use fails start-up with a message that says which.
 
+mod serve;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -18,7 +21,7 @@ use tributary_registries::{Registry, RegistryError, RegistryId, RegistrySink};
 
 use crate::admin::{self, AdminState};
 use crate::aggregate::{Aggregate, AggregateSettings, RegistriesView};
-use crate::config::{Config, RegistryConfig};
+use crate::config::{Config, RegistryConfig, ShutdownSettings};
 use crate::envoy::GenerateOptions;
 use crate::snapshot::{MeshBuilder, SnapshotStore, run_builder};
 use crate::xds::{XdsOptions, XdsServer};
@@ -32,25 +35,59 @@ const PUSH_REQUESTS_CAPACITY: usize = 1;
 
 /// A running tributary.
 pub struct Running {
-    /// Where xDS (and the mock control API) listens.
+    /// Where plaintext xDS (and the mock control API) listens.
     pub xds_addr: SocketAddr,
+    /// Where mTLS xDS listens, if configured.
+    pub xds_tls_addr: Option<SocketAddr>,
     /// Where admin HTTP listens.
     pub admin_addr: SocketAddr,
     /// Handles of the mock registries, in configured order, to drive them in-process.
     pub mocks: Vec<MockHandle>,
     /// The published snapshots.
     pub store: SnapshotStore,
+    /// The xDS server (connections, drain).
+    pub xds: XdsServer,
     tasks: JoinSet<()>,
+    servers: JoinSet<()>,
     shutdown: CancellationToken,
+    draining: CancellationToken,
+    stop_servers: CancellationToken,
+    settings: ShutdownSettings,
 }
 
 impl Running {
-    /// Stops everything and waits for the tasks to end.
+    /// Shuts down gracefully (TRANS-8), in order: `/ready` turns 503; after `drain_delay`, new
+    /// streams are refused with `UNAVAILABLE` and live ones end with `UNAVAILABLE` once their
+    /// staged response is out; the servers stop accepting and send GOAWAY; connections get
+    /// `grace_period` to close, then are dropped. Only then do registries, aggregate and builder
+    /// stop, so nothing is published, and so nothing partial or empty pushed, while streams live.
     pub async fn stop(mut self) {
+        self.draining.cancel();
+        if !self.settings.drain_delay.is_zero() {
+            tokio::time::sleep(self.settings.drain_delay).await;
+        }
+        self.xds.drain();
+        self.stop_servers.cancel();
+        let servers = async { while self.servers.join_next().await.is_some() {} };
+        if tokio::time::timeout(self.settings.grace_period, servers)
+            .await
+            .is_err()
+        {
+            warn!(grace = ?self.settings.grace_period, "xDS connections still open after the grace period; closing them");
+            self.servers.shutdown().await;
+        }
         self.shutdown.cancel();
         self.tasks.shutdown().await;
     }
+
+    /// Whether `/ready` reports shutting down.
+    pub fn is_draining(&self) -> bool {
+        self.draining.is_cancelled()
+    }
 }
+
+/// Longest a stop may take beyond the configured grace period (task wind-down).
+const STOP_SLACK: Duration = Duration::from_secs(5);
 
 /// Runs tributary until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -66,7 +103,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(b) = backends.as_mut() {
         b.shutdown().await;
     }
-    running.stop().await;
+    let limit = running.settings.drain_delay + running.settings.grace_period + STOP_SLACK;
+    if tokio::time::timeout(limit, running.stop()).await.is_err() {
+        warn!("shutdown did not finish in time; exiting anyway");
+    }
     Ok(())
 }
 
@@ -77,12 +117,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             .registries
             .push(RegistryConfig::Mock(mock::demo_config()));
     }
-    let xds_listener = TcpListener::bind(config.xds_addr).await.with_context(|| {
-        format!(
-            "cannot listen for xDS on {}: is another tributary or istiod running? (--xds-addr)",
-            config.xds_addr
-        )
-    })?;
+    let listeners = serve::Listeners::bind(&config).await?;
     let admin_listener = TcpListener::bind(config.admin_addr)
         .await
         .with_context(|| {
@@ -91,7 +126,8 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 config.admin_addr
             )
         })?;
-    let xds_addr = xds_listener.local_addr()?;
+    let xds_addr = listeners.plain.local_addr()?;
+    let xds_tls_addr = listeners.tls_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     admin::metrics::handle();
 
@@ -143,47 +179,53 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .instrument(info_span!("builder")),
     );
 
-    let xds = XdsServer::new(store.clone(), XdsOptions::default());
-    let control = mocks
-        .first()
-        .map(|h| MockControl::new(h.clone()).into_server());
+    let xds = XdsServer::new(
+        store.clone(),
+        XdsOptions {
+            identity: config.tls.as_ref().map(|t| t.identity).unwrap_or_default(),
+            trust_domain: config.tls.as_ref().and_then(|t| t.trust_domain.clone()),
+            ..XdsOptions::default()
+        },
+    );
+    let control = mocks.first().map(|h| MockControl::new(h.clone()));
     if mocks.len() > 1 {
         warn!("several mock registries: the control API drives the first one only");
     }
+    let draining = CancellationToken::new();
+    let stop_servers = CancellationToken::new();
+    let mut servers = JoinSet::new();
+    serve::spawn(
+        &mut servers,
+        listeners,
+        &xds,
+        control,
+        &config.connections,
+        &stop_servers,
+    );
+    let settings = config.shutdown.clone();
     let admin_state = AdminState {
         store: store.clone(),
         registries: view,
         xds: Arc::new(xds.connections()),
         config: Arc::new(config),
+        draining: draining.clone(),
     };
-    let token = shutdown.clone();
-    tasks.spawn(
-        async move {
-            let router =
-                xds.add_to(tonic::transport::Server::builder().add_optional_service(control));
-            // Pushes are small writes that must leave at once: no Nagle delay (tonic sets
-            // TCP_NODELAY only for listeners it binds itself).
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(xds_listener).with_nodelay(Some(true));
-            if let Err(e) = router
-                .serve_with_incoming_shutdown(incoming, token.cancelled())
-                .await
-            {
-                error!(error = %e, "xDS server stopped");
-            }
-        }
-        .instrument(info_span!("xds")),
-    );
     tasks.spawn(
         admin::serve(admin_listener, admin_state, shutdown.clone()).instrument(info_span!("admin")),
     );
     Ok(Running {
         xds_addr,
+        xds_tls_addr,
         admin_addr,
         mocks,
         store,
+        xds,
         tasks,
+        servers,
         shutdown,
+        draining,
+        stop_servers,
+        settings,
     })
 }
 
@@ -234,11 +276,15 @@ fn print_banner(r: &Running, demo: bool) {
     };
     println!(
         "tributary is serving {what}\n\
-         \n  xDS (ADS, gRPC):  {xds}\n  admin:           http://{admin}/ready  /metrics  /debug\n\
+         \n  xDS (ADS, gRPC):  {xds}{tls}\n  admin:           http://{admin}/ready  /metrics  /debug\n\
          \nPoint an Envoy at it:\n\
          \n  tributary bootstrap --node-id demo --xds-addr {xds} --listener-address 127.0.0.1 > envoy.yaml\
          \n  envoy -c envoy.yaml --disable-hot-restart\n",
         xds = r.xds_addr,
+        tls = match r.xds_tls_addr {
+            Some(a) => format!("\n  xDS over mTLS:    {a}"),
+            None => String::new(),
+        },
         admin = r.admin_addr,
     );
     if demo {
