@@ -105,7 +105,49 @@ static_resources:
         xds_port = o.xds_port,
         host = yaml_str(host),
     );
+    if let Some(tls) = &o.tls {
+        render_tls(&mut y, tls);
+    }
     y
+}
+
+/// The xDS cluster's `transport_socket`: mTLS with ALPN `h2` (gRPC), the proxy's certificate, and
+/// tributary's certificate checked against the CA (and the SNI as a DNS SAN when given).
+fn render_tls(y: &mut String, t: &BootstrapTls) {
+    let path = |p: &PathBuf| yaml_str(&p.display().to_string());
+    let _ = write!(
+        y,
+        r#"      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+"#
+    );
+    if let Some(sni) = &t.sni {
+        let _ = writeln!(y, "          sni: {}", yaml_str(sni));
+    }
+    let _ = write!(
+        y,
+        r#"          common_tls_context:
+            alpn_protocols: ["h2"]
+            tls_params: {{ tls_minimum_protocol_version: TLSv1_2 }}
+            tls_certificates:
+              - certificate_chain: {{ filename: {cert} }}
+                private_key: {{ filename: {key} }}
+            validation_context:
+              trusted_ca: {{ filename: {ca} }}
+"#,
+        cert = path(&t.cert),
+        key = path(&t.key),
+        ca = path(&t.ca),
+    );
+    if let Some(sni) = &t.sni {
+        let _ = write!(
+            y,
+            "              match_typed_subject_alt_names:\n                - san_type: DNS\n                  matcher: {{ exact: {} }}\n",
+            yaml_str(sni)
+        );
+    }
 }
 
 /// A YAML double-quoted string, so ids with `:` or `#` survive.
