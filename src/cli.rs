@@ -140,13 +140,18 @@ impl Cli {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
-        config.apply_overrides(Overrides {
+        config.apply_overrides(self.overrides());
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The values given as flags, which win over the file.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
             xds_addr: self.xds_addr,
             admin_addr: self.admin_addr,
             mock_file: self.mock_file.clone(),
-        });
-        config.validate()?;
-        Ok(config)
+        }
     }
 
     /// Installs the tracing subscriber.
@@ -168,7 +173,16 @@ impl Cli {
                 print!("{}", bootstrap::render(&args.options()?));
                 Ok(())
             }
-            None => crate::runtime::run(self.config()?).await,
+            None => {
+                let source = self
+                    .config
+                    .clone()
+                    .map(|path| crate::runtime::ConfigSource {
+                        path,
+                        overrides: self.overrides(),
+                    });
+                crate::runtime::run(self.config()?, source).await
+            }
         }
     }
 }

@@ -3,7 +3,10 @@
 //! Every long-lived task is owned by one `JoinSet` and stops on one cancellation token. Listen
 //! sockets are bound first, so a port in use fails start-up with a message that says which.
 
+mod registries;
 mod serve;
+
+pub use registries::{CONFIG_POLL_INTERVAL, ConfigSource};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,10 +17,9 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, error, info, info_span, warn};
-use tributary_registries::kubernetes::KubernetesRegistry;
-use tributary_registries::mock::{self, MockControl, MockHandle, MockRegistry};
-use tributary_registries::{Registry, RegistryError, RegistryId, RegistrySink};
+use tracing::{Instrument, info, info_span, warn};
+use tributary_registries::RegistryId;
+use tributary_registries::mock::{self, MockControl, MockHandle};
 
 use crate::admin::{self, AdminState};
 use crate::aggregate::{Aggregate, AggregateSettings, RegistriesView};
@@ -32,6 +34,9 @@ const REGISTRY_EVENTS_CAPACITY: usize = 1024;
 /// Push requests waiting for the builder: one, because the aggregate sends the next only after the
 /// previous is done (one push pipeline at a time, REG-13).
 const PUSH_REQUESTS_CAPACITY: usize = 1;
+/// Reload commands waiting for the aggregate: a reload sends one per changed registry, and the
+/// supervisor waits when full.
+const RELOAD_COMMANDS_CAPACITY: usize = 16;
 
 /// A running tributary.
 pub struct Running {
@@ -89,10 +94,10 @@ impl Running {
 /// Longest a stop may take beyond the configured grace period (task wind-down).
 const STOP_SLACK: Duration = Duration::from_secs(5);
 
-/// Runs tributary until SIGINT or SIGTERM.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+/// Runs tributary until SIGINT or SIGTERM, reloading the config from `source` if given.
+pub async fn run(config: Config, source: Option<ConfigSource>) -> anyhow::Result<()> {
     let demo = config.is_demo();
-    let running = start(config).await?;
+    let running = start_reloadable(config, source).await?;
     let mut backends = match demo {
         true => Some(crate::demo::start_backends(mock::demo_endpoints()).await),
         false => None,
@@ -111,7 +116,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 }
 
 /// Starts every task; returns once the sockets are bound (not once registries synced).
-pub async fn start(mut config: Config) -> anyhow::Result<Running> {
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    start_reloadable(config, None).await
+}
+
+/// Like [`start`]; with a `source`, the config file is reloaded on SIGHUP and when it changes
+/// (registries added, removed or restarted; see `registries.rs`).
+pub async fn start_reloadable(
+    mut config: Config,
+    source: Option<ConfigSource>,
+) -> anyhow::Result<Running> {
     if config.is_demo() {
         config
             .registries
@@ -138,31 +152,26 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let (events_tx, events_rx) = mpsc::channel(REGISTRY_EVENTS_CAPACITY);
     let (push_tx, push_rx) = mpsc::channel(PUSH_REQUESTS_CAPACITY);
 
-    let mut mocks = Vec::new();
-    let mut order = Vec::new();
-    for rc in &config.registries {
-        let id = RegistryId::new(rc.name());
-        order.push(id.clone());
-        let registry: Box<dyn Registry> = match rc {
-            RegistryConfig::Mock(mc) => {
-                let (registry, handle) = MockRegistry::new(mc.clone());
-                mocks.push(handle);
-                Box::new(registry)
-            }
-            RegistryConfig::Kubernetes(kc) => Box::new(KubernetesRegistry::new((**kc).clone())),
-        };
-        let sink = RegistrySink::new(id.clone(), events_tx.clone());
-        let span = info_span!("registry", registry = %id);
-        tasks.spawn(run_registry(registry, sink, shutdown.clone()).instrument(span));
-    }
-    drop(events_tx);
+    let order = config
+        .registries
+        .iter()
+        .map(|rc| RegistryId::new(rc.name()))
+        .collect();
+    let (commands_tx, commands_rx) = mpsc::channel(RELOAD_COMMANDS_CAPACITY);
+    let (supervisor, mocks) =
+        registries::Supervisor::start(&config.registries, events_tx, commands_tx, shutdown.clone());
+    tasks.spawn(
+        supervisor
+            .run(source, config.clone())
+            .instrument(info_span!("registries")),
+    );
 
     let settings = AggregateSettings {
         registries: order,
         debounce: config.debounce,
         sync_timeout: config.sync_timeout,
     };
-    let aggregate = Aggregate::new(settings, view.clone());
+    let aggregate = Aggregate::new(settings, view.clone()).with_commands(commands_rx);
     tasks.spawn(
         cancellable(aggregate.run(events_rx, push_tx), shutdown.clone())
             .instrument(info_span!("aggregate")),
@@ -227,20 +236,6 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         stop_servers,
         settings,
     })
-}
-
-async fn run_registry(
-    registry: Box<dyn Registry>,
-    sink: RegistrySink,
-    shutdown: CancellationToken,
-) {
-    tokio::select! {
-        _ = shutdown.cancelled() => {}
-        result = registry.run(sink) => match result {
-            Ok(()) | Err(RegistryError::Closed) => info!("registry stopped"),
-            Err(e) => error!(error = %e, "registry stopped; its last state is still served"),
-        },
-    }
 }
 
 async fn cancellable(task: impl std::future::Future<Output = ()>, shutdown: CancellationToken) {

@@ -87,7 +87,10 @@ fn plain_manifests_are_the_rendered_chart() {
 fn rendered_chart_has_the_expected_structure() {
     let docs = docs(&render_chart());
     for d in &docs {
-        assert!(d["apiVersion"].is_string() && d["kind"].is_string(), "{d:?}");
+        assert!(
+            d["apiVersion"].is_string() && d["kind"].is_string(),
+            "{d:?}"
+        );
         assert!(d["metadata"]["name"].is_string(), "{d:?}");
     }
     let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
@@ -123,7 +126,9 @@ fn rendered_chart_has_the_expected_structure() {
         dep["spec"]["selector"]["matchLabels"],
         pod["metadata"]["labels"]
     );
-    let grace = pod["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap();
+    let grace = pod["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap();
 
     // Service: istiod's port names.
     let svc = kind(&docs, "Service");
@@ -131,7 +136,12 @@ fn rendered_chart_has_the_expected_structure() {
         .as_sequence()
         .unwrap()
         .iter()
-        .map(|p| (p["name"].as_str().unwrap().into(), p["port"].as_u64().unwrap()))
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().into(),
+                p["port"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         ports,
@@ -199,7 +209,10 @@ fn rendered_chart_has_the_expected_structure() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert!(args[1].starts_with(mounts[0]), "--config is in the ConfigMap mount");
+    assert!(
+        args[1].starts_with(mounts[0]),
+        "--config is in the ConfigMap mount"
+    );
 
     let pdb = kind(&docs, "PodDisruptionBudget");
     assert_eq!(pdb["spec"]["selector"], dep["spec"]["selector"]);
@@ -237,6 +250,9 @@ fn container_image_is_multi_stage_and_non_root() {
     let froms = file.lines().filter(|l| l.starts_with("FROM ")).count();
     assert!(froms >= 2, "multi-stage");
     assert!(file.contains("cargo build --release --locked"));
-    assert!(file.lines().any(|l| l.starts_with("USER ") && !l.contains("root")));
+    assert!(
+        file.lines()
+            .any(|l| l.starts_with("USER ") && !l.contains("root"))
+    );
     assert!(!file.contains(":latest"), "pinned bases");
 }

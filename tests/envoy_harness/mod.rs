@@ -190,6 +190,11 @@ impl Proc {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGTERM and waits up to `limit` for it to exit; whether it did.
     pub fn terminate(&mut self, limit: Duration) -> bool {
         let _ = Command::new("kill")
@@ -249,6 +254,11 @@ impl Tributary {
         };
         ready.await;
         t
+    }
+
+    /// The process id (to send it signals).
+    pub fn proc_id(&self) -> u32 {
+        self.proc.id()
     }
 
     pub async fn get(&self, path: &str) -> String {

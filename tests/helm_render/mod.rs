@@ -48,7 +48,11 @@ fn tokenize(tpl: &str) -> Vec<Token<'_>> {
         out.push(Token::Action(inner.trim()));
         rest = &rest[end + 2..];
     }
-    out.push(Token::Text(if trim_next { rest.trim_start() } else { rest }));
+    out.push(Token::Text(if trim_next {
+        rest.trim_start()
+    } else {
+        rest
+    }));
     out
 }
 
