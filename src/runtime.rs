@@ -143,6 +143,10 @@ pub async fn start_reloadable(
     let xds_addr = listeners.plain.local_addr()?;
     let xds_tls_addr = listeners.tls_addr()?;
     let admin_addr = admin_listener.local_addr()?;
+    if !admin_addr.ip().is_loopback() {
+        // SEC-6, SEC-14: the admin/debug server has no authentication; exposing it is explicit.
+        warn!(addr = %admin_addr, "admin and debug endpoints are reachable beyond loopback, without authentication");
+    }
     admin::metrics::handle();
 
     let shutdown = CancellationToken::new();
