@@ -7,6 +7,8 @@
 //! chart is rendered by `helm_render` (the template subset the chart uses) and checked here.
 //! `TRIBUTARY_BLESS=1 cargo test --test deploy` rewrites deploy/kubernetes/tributary.yaml.
 
+#![allow(clippy::unwrap_used)]
+
 mod helm_render;
 
 use std::collections::BTreeSet;

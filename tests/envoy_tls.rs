@@ -2,6 +2,8 @@
 //! `tributary bootstrap --tls` prints (SEC-1, SEC-2), and through a rolling restart of two
 //! tributary processes behind one xDS cluster (TRANS-8, TRANS-12).
 
+#![allow(clippy::unwrap_used)]
+
 mod envoy_harness;
 mod pki;
 

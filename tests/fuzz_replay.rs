@@ -2,6 +2,8 @@
 //! (plus any crash files cargo-fuzz left there), built-in seeds, and random and mutated inputs
 //! through the same target bodies. Fuzzing proper needs nightly: `cargo +nightly fuzz run <target>`.
 
+#![allow(clippy::unwrap_used)]
+
 #[path = "../fuzz/src/lib.rs"]
 mod targets;
 

@@ -1,6 +1,8 @@
 //! tributary's lifecycle over real sockets, in process: graceful shutdown in order (TRANS-8) and
 //! connection age (TRANS-9).
 
+#![allow(clippy::unwrap_used)]
+
 mod envoy_harness;
 
 use std::sync::Arc;

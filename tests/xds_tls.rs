@@ -3,6 +3,8 @@
 //! bundle), SEC-2 (node bound to the SPIFFE ID), SEC-3 (identity fixed for the stream), SEC-15
 //! (certificate and bundle reload without dropping streams).
 
+#![allow(clippy::unwrap_used)]
+
 mod pki;
 
 use std::path::Path;
@@ -172,7 +174,7 @@ async fn claimed_identity_must_match_the_certificate() {
     .await
     .unwrap();
     let end = tokio::time::timeout(WAIT, s.rx.message()).await.unwrap();
-    let status = end.err().expect("stream ended with a status");
+    let status = end.expect_err("stream ended with a status");
     assert_ne!(status.code(), Code::Ok);
     f.running.stop().await;
 }

@@ -377,7 +377,11 @@ async fn reload_restart_keeps_services_until_resync_and_remove_deletes() {
         80,
         &["10.0.0.1"],
     ))])));
-    assert_eq!(services(&view), 2, "y.test stays until the new instance synced");
+    assert_eq!(
+        services(&view),
+        2,
+        "y.test stays until the new instance synced"
+    );
     agg.apply(msg(RegistryEvent::Synced));
     assert_eq!(services(&view), 1, "y.test was not reported again");
 
