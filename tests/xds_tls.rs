@@ -245,3 +245,23 @@ async fn wait_served(f: &Fixture, server_ca: &str, leaf: &Leaf) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_silent_client_is_dropped_after_the_handshake_timeout() {
+    // SEC-11: a connection that never finishes its handshake costs only until the timeout (2 s
+    // here), and does not stop others from being served meanwhile.
+    use tokio::io::AsyncReadExt;
+    let f = start().await;
+    let addr = f.running.xds_tls_addr.unwrap();
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let leaf = f.ca.client(SHOP_CART);
+    ads(f.channel(&f.ca.pem, Some(&leaf)), SHOP_NODE)
+        .await
+        .expect("served while another handshake hangs");
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(6), silent.read(&mut buf))
+        .await
+        .expect("closed by the handshake timeout");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    f.running.stop().await;
+}
