@@ -141,6 +141,7 @@ impl Cli {
             None => Config::default(),
         };
         config.apply_overrides(self.overrides());
+        config.apply_env(|k| std::env::var(k).ok());
         config.validate()?;
         Ok(config)
     }
@@ -180,6 +181,7 @@ impl Cli {
                     .map(|path| crate::runtime::ConfigSource {
                         path,
                         overrides: self.overrides(),
+                        env: std::env::vars().collect(),
                     });
                 crate::runtime::run(self.config()?, source).await
             }

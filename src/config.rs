@@ -3,13 +3,15 @@
 //! `tributary --config tributary.yaml` reads a [`Config`]; flags given on the command line replace
 //! the file's values (`main` applies them with [`Config::apply_overrides`]). With neither a config
 //! file nor `--mock-file`, tributary serves the embedded demo mesh. Nothing below this module and
-//! `main` reads environment variables.
+//! `main` reads environment variables: the Consul variables (`CONSUL_HTTP_ADDR`, ...) come in
+//! through [`Config::apply_env`], which the command line calls with the process environment.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tributary_registries::consul::ConsulConfig;
 use tributary_registries::kubernetes::KubernetesConfig;
 use tributary_registries::mock::MockConfig;
 
@@ -91,6 +93,9 @@ pub enum RegistryConfig {
     /// Kubernetes clusters: Services, EndpointSlices, Pods and Nodes through kube-rs watchers.
     /// Boxed: its config is several times the size of the others.
     Kubernetes(Box<KubernetesConfig>),
+    /// A Consul catalog, watched with blocking queries (one datacenter per registry). Boxed: its
+    /// settings are several times the size of the other variants'.
+    Consul(Box<ConsulConfig>),
 }
 
 impl Default for Config {
@@ -173,6 +178,46 @@ impl Config {
         }
     }
 
+    /// Fills what Consul registries leave unset from the variables Consul's own tools read:
+    /// `CONSUL_HTTP_ADDR` (with `CONSUL_HTTP_SSL=true`, an address without scheme is https),
+    /// `CONSUL_HTTP_TOKEN` / `CONSUL_HTTP_TOKEN_FILE`, `CONSUL_CACERT`, `CONSUL_CLIENT_CERT` +
+    /// `CONSUL_CLIENT_KEY`. The file wins over the environment. `env` is the environment lookup
+    /// (`std::env::var` at the edge, a map in tests).
+    pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) {
+        let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+        for r in &mut self.registries {
+            let RegistryConfig::Consul(c) = r else {
+                continue;
+            };
+            if c.address.is_none()
+                && let Some(addr) = var("CONSUL_HTTP_ADDR")
+            {
+                let ssl = var("CONSUL_HTTP_SSL").is_some_and(|v| v == "true" || v == "1");
+                c.address = Some(match (addr.contains("://"), ssl) {
+                    (false, true) => format!("https://{addr}"),
+                    _ => addr,
+                });
+            }
+            if c.token.is_none() && c.token_file.is_none() {
+                c.token = var("CONSUL_HTTP_TOKEN");
+                if c.token.is_none() {
+                    c.token_file = var("CONSUL_HTTP_TOKEN_FILE").map(PathBuf::from);
+                }
+            }
+            if c.tls.ca_file.is_none() {
+                c.tls.ca_file = var("CONSUL_CACERT").map(PathBuf::from);
+            }
+            if c.tls.cert_file.is_none()
+                && c.tls.key_file.is_none()
+                && let (Some(cert), Some(key)) =
+                    (var("CONSUL_CLIENT_CERT"), var("CONSUL_CLIENT_KEY"))
+            {
+                c.tls.cert_file = Some(cert.into());
+                c.tls.key_file = Some(key.into());
+            }
+        }
+    }
+
     /// Whether no registry is configured, so the demo mesh is served.
     pub fn is_demo(&self) -> bool {
         self.registries.is_empty()
@@ -204,6 +249,10 @@ impl Config {
                 return Err(ConfigError::Invalid(format!(
                     "two registries are named {name:?}; give each a unique `name`"
                 )));
+            }
+            if let RegistryConfig::Consul(c) = r {
+                c.validate()
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             }
         }
         if !self.xds_addr.ip().is_loopback() && !self.insecure_plaintext_xds {
@@ -238,6 +287,7 @@ impl RegistryConfig {
         match self {
             RegistryConfig::Mock(m) => &m.name,
             RegistryConfig::Kubernetes(k) => &k.name,
+            RegistryConfig::Consul(c) => &c.name,
         }
     }
 }
@@ -359,6 +409,60 @@ mod tests {
         .unwrap();
         assert_eq!(c.tls.unwrap().addr.port(), 15012);
         assert_eq!(c.shutdown.grace_period, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn consul_registries_parse_validate_and_take_the_environment() {
+        let mut c = Config::from_yaml(
+            "registries:\n  - type: mock\n  - type: consul\n    name: dc1\n    datacenter: dc1\n  - type: consul\n    name: dc2\n    datacenter: dc2\n    address: https://consul-dc2:8501\n    token: from-file\n",
+        )
+        .unwrap();
+        let env: std::collections::HashMap<&str, &str> = [
+            ("CONSUL_HTTP_ADDR", "consul.local:8501"),
+            ("CONSUL_HTTP_SSL", "true"),
+            ("CONSUL_HTTP_TOKEN", "from-env"),
+            ("CONSUL_CACERT", "/etc/consul/ca.pem"),
+        ]
+        .into();
+        c.apply_env(|k| env.get(k).map(|v| v.to_string()));
+        c.validate().unwrap();
+        let consul: Vec<&ConsulConfig> = c
+            .registries
+            .iter()
+            .filter_map(|r| match r {
+                RegistryConfig::Consul(c) => Some(&**c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(consul[0].effective_address(), "https://consul.local:8501");
+        assert_eq!(consul[0].token.as_deref(), Some("from-env"));
+        assert_eq!(
+            consul[0].tls.ca_file.as_deref(),
+            Some(Path::new("/etc/consul/ca.pem"))
+        );
+        assert_eq!(
+            consul[1].effective_address(),
+            "https://consul-dc2:8501",
+            "the file wins"
+        );
+        assert_eq!(consul[1].token.as_deref(), Some("from-file"));
+        assert_eq!(consul[1].origin().cluster.as_str(), "dc2");
+        assert!(!c.is_demo());
+        // The token never reaches /debug/configz.
+        let shown = serde_json::to_string(&c).unwrap();
+        assert!(
+            !shown.contains("from-env") && !shown.contains("from-file"),
+            "{shown}"
+        );
+
+        let e = Config::from_yaml("registries: [{type: consul, wait: 20m}]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("wait"), "{e}");
+        let e = Config::from_yaml("registries: [{type: consul}, {type: consul}]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"consul\""), "{e}");
     }
 
     #[test]

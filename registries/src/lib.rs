@@ -5,7 +5,7 @@
 //! - the [`Registry`] trait: a registry runs as its own task and reports what it knows through a
 //!   [`RegistrySink`] as batches of [`Change`]s keyed by hostname, plus a "synced" signal once its
 //!   initial listing is complete, plus its health;
-//! - the adapters themselves, one folder each (today: [`mock`] and [`kubernetes`]);
+//! - the adapters themselves, one folder each: [`mock`], [`kubernetes`] and [`consul`];
 //! - `test_util` (tests and the `test-util` feature): the conformance test every adapter passes.
 //!
 //! It does **not** merge registries, debounce, build Envoy resources or speak xDS: that is the
@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod consul;
 pub mod kubernetes;
 pub mod mock;
 pub mod model;

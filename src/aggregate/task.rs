@@ -373,11 +373,16 @@ impl Aggregate {
             metrics::gauge!("tributary_registry_synced", "registry" => label.clone())
                 .set(if synced { 1.0 } else { 0.0 });
             let degraded = matches!(info.status, RegistryStatus::Degraded { .. });
-            metrics::gauge!("tributary_registry_degraded", "registry" => label).set(if degraded {
-                1.0
-            } else {
-                0.0
-            });
+            metrics::gauge!("tributary_registry_degraded", "registry" => label.clone())
+                .set(if degraded { 1.0 } else { 0.0 });
+            // REG-2: "registry stale since", as a Unix time to alert on (`time() - x > 300`); 0
+            // while healthy.
+            let since = info
+                .degraded_since
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0.0, |d| d.as_secs_f64());
+            metrics::gauge!("tributary_registry_stale_since_timestamp_seconds", "registry" => label)
+                .set(since);
         }
         self.view.publish(self.registries.clone(), self.serving);
     }

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
+use tributary_registries::consul::ConsulRegistry;
 use tributary_registries::kubernetes::KubernetesRegistry;
 use tributary_registries::mock::{MockHandle, MockRegistry};
 use tributary_registries::{Registry, RegistryError, RegistryId, RegistryMessage, RegistrySink};
@@ -28,19 +29,33 @@ use crate::config::{Config, ConfigError, Overrides, RegistryConfig};
 pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Where the config came from, to read it again on reload.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConfigSource {
     /// The config file.
     pub path: PathBuf,
     /// Command-line values, applied on top of the file each time.
     pub overrides: Overrides,
+    /// The process environment at start (`main` reads it; nothing here does), for the variables
+    /// the config takes (`CONSUL_HTTP_TOKEN`, ...).
+    pub env: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for ConfigSource {
+    /// Leaves the environment out: it may hold tokens (SEC-7).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigSource")
+            .field("path", &self.path)
+            .field("overrides", &self.overrides)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ConfigSource {
-    /// Reads, overrides and validates the config.
+    /// Reads, overrides and validates the config, as `main` did at start.
     pub fn load(&self) -> Result<Config, ConfigError> {
         let mut c = Config::from_file(&self.path)?;
         c.apply_overrides(self.overrides.clone());
+        c.apply_env(|k| self.env.get(k).cloned());
         c.validate()?;
         Ok(c)
     }
@@ -91,6 +106,7 @@ impl Supervisor {
             RegistryConfig::Kubernetes(kc) => {
                 (Box::new(KubernetesRegistry::new((**kc).clone())), None)
             }
+            RegistryConfig::Consul(cc) => (Box::new(ConsulRegistry::new((**cc).clone())), None),
         };
         let stop = self.shutdown.child_token();
         let sink = RegistrySink::new(id.clone(), self.events.clone());

@@ -1,0 +1,369 @@
+//! `tributary-load`: how fast a registry change reaches every proxy, what a proxy costs, and how far
+//! that is from the floor of this machine.
+//!
+//! One run: start tributary (a child process, so its RSS and CPU are its own) on an empty mock
+//! registry; write the mesh through the control API; connect N simulated proxies at once (the
+//! cold-start storm); then make endpoint changes, service additions and deletions and time each
+//! until the last proxy has received and acknowledged it. Then the same N clients against the
+//! floor server (`floor.rs`) with the same bytes. Prints a table and, with `--json`, one JSON line.
+
+mod floor;
+mod mesh;
+mod probe;
+mod process;
+mod proxy;
+mod report;
+mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tokio::task::JoinSet;
+use tonic::transport::{Channel, Endpoint};
+
+use mesh::{Control, MeshSpec};
+use probe::{Marker, Probe};
+use process::Server;
+use report::{ChangeResult, Report, Stats};
+
+/// How long one phase may take before the run gives up on it.
+const PHASE_LIMIT: Duration = Duration::from_secs(600);
+/// How often progress is printed while waiting.
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+/// HTTP/2 windows of the simulated proxies: Envoy's defaults (256 MiB per connection, 16 MiB
+/// per stream are the orders of magnitude it uses), so flow control is not what is measured.
+const CONNECTION_WINDOW: u32 = 256 * 1024 * 1024;
+const STREAM_WINDOW: u32 = 16 * 1024 * 1024;
+
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure tributary against the floor.
+    Run(RunArgs),
+    /// (internal) Serve the floor; prints `listening ADDR`.
+    #[command(hide = true)]
+    Floor {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        #[arg(long)]
+        delta: bool,
+        #[arg(long)]
+        storm_bytes: usize,
+        #[arg(long)]
+        push_bytes: usize,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    Sotw,
+    Delta,
+    /// Half SotW, half delta.
+    Mix,
+}
+
+#[derive(Parser)]
+struct RunArgs {
+    /// Mesh preset: small (100×1×5), medium (1,000×2×10), large (10,000×2×10).
+    #[arg(long, default_value = "small")]
+    preset: String,
+    /// Override the preset's number of services.
+    #[arg(long)]
+    services: Option<usize>,
+    /// Simulated proxies.
+    #[arg(long, default_value_t = 1000)]
+    clients: usize,
+    /// Proxies per HTTP/2 connection (fleets behind a shared connection pool; 1 = one each).
+    #[arg(long, default_value_t = 100)]
+    per_connection: usize,
+    #[arg(long, value_enum, default_value = "sotw")]
+    mode: Mode,
+    /// Changes of each kind to time.
+    #[arg(long, default_value_t = 5)]
+    changes: usize,
+    /// tributary's `debounce` settings, as YAML flow.
+    #[arg(
+        long,
+        default_value = "{debounce_after: 100ms, debounce_max: 10s, endpoint_debounce_after: 0s}"
+    )]
+    debounce: String,
+    /// The tributary binary (default: next to this one).
+    #[arg(long)]
+    tributary: Option<PathBuf>,
+    /// Also print the report as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Runtime::new()?;
+    match cli.command {
+        Command::Floor {
+            addr,
+            delta,
+            storm_bytes,
+            push_bytes,
+        } => rt.block_on(floor::serve(addr, delta, storm_bytes, push_bytes)),
+        Command::Run(args) => {
+            let report = rt.block_on(run(args.clone_args()))?;
+            report.print_table();
+            if args.json {
+                report.print_json();
+            }
+            Ok(())
+        }
+    }
+}
+
+impl RunArgs {
+    fn clone_args(&self) -> RunArgs {
+        RunArgs {
+            preset: self.preset.clone(),
+            services: self.services,
+            clients: self.clients,
+            per_connection: self.per_connection,
+            mode: self.mode,
+            changes: self.changes,
+            debounce: self.debounce.clone(),
+            tributary: self.tributary.clone(),
+            json: self.json,
+        }
+    }
+}
+
+async fn channels(addr: SocketAddr, n: usize) -> anyhow::Result<Vec<Channel>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let ch = Endpoint::from_shared(format!("http://{addr}"))?
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        out.push(ch);
+    }
+    Ok(out)
+}
+
+/// Waits until `count()` reaches `n`; prints progress. Returns when the last one arrived.
+async fn wait_for(
+    what: &str,
+    n: usize,
+    probe: &Probe,
+    count: impl Fn(&Probe) -> (usize, Instant),
+) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + PHASE_LIMIT;
+    let mut next_print = Instant::now() + PROGRESS_EVERY;
+    loop {
+        let (k, last) = count(probe);
+        if k >= n {
+            return Ok(last);
+        }
+        let failed = probe.failed.load(std::sync::atomic::Ordering::SeqCst);
+        if failed > 0 {
+            let first = probe
+                .first_error
+                .read()
+                .map(|e| e.clone())
+                .unwrap_or_default();
+            anyhow::bail!("{failed} streams failed while waiting for {what}: {first:?}");
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{what}: only {k}/{n} after {PHASE_LIMIT:?}"
+        );
+        if Instant::now() >= next_print {
+            eprint!("\r  {what}: {k}/{n}   ");
+            next_print += PROGRESS_EVERY;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Spawns `n` clients over `chans`, `per` to a connection.
+fn spawn_clients<F, Fut>(tasks: &mut JoinSet<()>, chans: &[Channel], n: usize, per: usize, f: F)
+where
+    F: Fn(Channel, usize) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    for i in 0..n {
+        tasks.spawn(f(chans[i / per].clone(), i));
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let mut spec = MeshSpec::preset(&args.preset)?;
+    if let Some(s) = args.services {
+        spec.services = s;
+    }
+    let n = args.clients;
+    let per = args.per_connection.max(1);
+    let conns = n.div_ceil(per);
+    let is_delta = |i: usize| match args.mode {
+        Mode::Sotw => false,
+        Mode::Delta => true,
+        Mode::Mix => i % 2 == 1,
+    };
+    let dir = std::env::temp_dir().join(format!("tributary-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let bin = process::tributary_bin(args.tributary.as_deref())?;
+    let server = Server::tributary(&bin, &dir, &args.debounce)?;
+    let control = Control::connect(server.xds).await?;
+    eprintln!("generating mesh {spec}…");
+    control.generate(&spec).await?;
+    let deadline = Instant::now() + PHASE_LIMIT;
+    while server.metric("pilot_services") != Some(spec.services as f64) {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the mesh never reached {} services",
+            spec.services
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rss_idle = server.rss();
+
+    // Cold-start storm: every client at once.
+    let probe = Probe::new();
+    let cache = Arc::new(proxy::NameCache::default());
+    let chans = channels(server.xds, conns).await?;
+    let mut tasks = JoinSet::new();
+    let t0 = Instant::now();
+    spawn_clients(&mut tasks, &chans, n, per, |ch, i| {
+        proxy::run(ch, i, is_delta(i), Arc::clone(&probe), Arc::clone(&cache))
+    });
+    let last = wait_for("storm: proxies synced", n, &probe, Probe::synced_count).await?;
+    let storm = last.saturating_duration_since(t0);
+    eprintln!("\r  storm: {n} proxies synced in {storm:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_per_client = (server.rss().saturating_sub(rss_idle)) as f64 / n as f64;
+    let config_bytes = probe.synced_bytes();
+
+    // Changes.
+    let mut epoch = 0;
+    let mut results = Vec::new();
+    for kind in ["endpoint", "new service", "delete service"] {
+        let mut samples = Vec::new();
+        let mut cpu = 0.0;
+        let mut responses = [0u64; 4];
+        let mut push_bytes = 0;
+        for k in 0..args.changes {
+            epoch += 1;
+            let extra = spec.services + k;
+            let marker = match kind {
+                "endpoint" => Marker::Carries {
+                    type_url: wire::EDS,
+                    name: MeshSpec::cluster(k % spec.services),
+                },
+                "new service" => Marker::Carries {
+                    type_url: wire::CDS,
+                    name: MeshSpec::cluster(extra),
+                },
+                _ => Marker::Removes {
+                    name: MeshSpec::cluster(extra),
+                },
+            };
+            let cpu0 = server.cpu();
+            let t = probe.arm(epoch, marker);
+            match kind {
+                "endpoint" => {
+                    control
+                        .change_endpoints(&spec, k % spec.services, epoch as u32)
+                        .await?
+                }
+                "new service" => control.add_service(&spec, extra).await?,
+                _ => control.delete_service(extra).await?,
+            }
+            let last = wait_for(kind, n, &probe, Probe::seen).await?;
+            samples.push(last.saturating_duration_since(t));
+            // let stragglers (other types of the same push) arrive before the next change
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cpu += server.cpu() - cpu0;
+            let r = probe.responses();
+            for (a, b) in responses.iter_mut().zip(r) {
+                *a += b;
+            }
+            push_bytes = probe.marker_bytes();
+        }
+        let convergence = Stats::of(&samples);
+        eprintln!("\r  {kind}: p50 {:.1} ms", convergence.p50_ms);
+        results.push(ChangeResult {
+            change: kind,
+            convergence,
+            server_cpu_s: cpu / args.changes.max(1) as f64,
+            responses,
+            push_bytes,
+        });
+    }
+    let failed = probe.failed.load(std::sync::atomic::Ordering::SeqCst);
+    tasks.abort_all();
+    drop(chans);
+    drop(server);
+
+    // The floor, same clients, same bytes.
+    let push_bytes = results.first().map_or(1024, |r| r.push_bytes.max(64));
+    let floor_server = Server::floor(args.mode == Mode::Delta, config_bytes.max(64), push_bytes)?;
+    let rss_floor_idle = floor_server.rss();
+    let fprobe = Probe::new();
+    let fchans = channels(floor_server.xds, conns).await?;
+    let mut ftasks = JoinSet::new();
+    let t0 = Instant::now();
+    spawn_clients(&mut ftasks, &fchans, n, per, |ch, i| {
+        floor::sink(ch, i, is_delta(i), Arc::clone(&fprobe))
+    });
+    let last = wait_for("floor storm", n, &fprobe, Probe::synced_count).await?;
+    let storm_floor = last.saturating_duration_since(t0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let floor_rss_per_client =
+        (floor_server.rss().saturating_sub(rss_floor_idle)) as f64 / n as f64;
+    let trigger = channels(floor_server.xds, 1).await?.remove(0);
+    let mut fsamples = Vec::new();
+    for k in 0..args.changes {
+        let t = fprobe.arm(
+            k as u64 + 1,
+            Marker::Removes {
+                name: String::new(),
+            },
+        );
+        floor::trigger(trigger.clone()).await?;
+        let last = wait_for("floor push", n, &fprobe, Probe::seen).await?;
+        fsamples.push(last.saturating_duration_since(t));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ftasks.abort_all();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    Ok(Report {
+        mesh: spec.to_string(),
+        clients: n,
+        connections: conns,
+        mode: match args.mode {
+            Mode::Sotw => "sotw",
+            Mode::Delta => "delta",
+            Mode::Mix => "mix",
+        }
+        .into(),
+        debounce: args.debounce.clone(),
+        storm_s: storm.as_secs_f64(),
+        storm_floor_s: storm_floor.as_secs_f64(),
+        config_bytes_per_client: config_bytes,
+        rss_idle_bytes: rss_idle,
+        rss_per_client_bytes: rss_per_client,
+        floor_rss_per_client_bytes: floor_rss_per_client,
+        changes: results,
+        floor_push: Stats::of(&fsamples),
+        load_tool_cpu_s: process::own_cpu(),
+        wall_s: started.elapsed().as_secs_f64(),
+        failed_streams: failed,
+    })
+}
