@@ -55,6 +55,8 @@ pub struct AdminState {
     pub xds: Arc<dyn XdsStatus>,
     /// The effective configuration, for `/debug/configz`.
     pub config: Arc<Config>,
+    /// Cancelled when shutdown starts: `/ready` turns 503 first (TRANS-8).
+    pub draining: CancellationToken,
 }
 
 type Reply = Response<Full<Bytes>>;
@@ -162,6 +164,12 @@ fn route(state: &AdminState, req: Request<Incoming>) -> Reply {
 /// 200 once the first snapshot is published (every registry synced or timed out), else 503 naming
 /// what is missing (TRANS-16, ecosystem.md §5.2).
 fn ready(state: &AdminState) -> Reply {
+    if state.draining.is_cancelled() {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: shutting down\n",
+        );
+    }
     if state.store.is_ready() {
         return text(StatusCode::OK, "ready\n");
     }

@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 /// Node metadata key through which a node picks the address its listeners bind to.
 pub const LISTENER_ADDRESS_KEY: &str = "LISTENER_ADDRESS";
@@ -28,6 +29,21 @@ pub struct BootstrapOptions {
     pub listener_address: Option<IpAddr>,
     /// Incremental xDS (`DELTA_GRPC`) instead of state-of-the-world (`GRPC`).
     pub delta: bool,
+    /// Connect over mTLS (tributary's 15012) instead of plaintext.
+    pub tls: Option<BootstrapTls>,
+}
+
+/// The files and name Envoy uses to reach tributary over mTLS.
+#[derive(Debug, Clone)]
+pub struct BootstrapTls {
+    /// CA bundle tributary's certificate must chain to.
+    pub ca: PathBuf,
+    /// The proxy's client certificate chain.
+    pub cert: PathBuf,
+    /// The proxy's private key.
+    pub key: PathBuf,
+    /// SNI, also required as a DNS SAN of tributary's certificate; `None`: chain check only.
+    pub sni: Option<String>,
 }
 
 /// Renders the bootstrap as YAML.
@@ -89,7 +105,49 @@ static_resources:
         xds_port = o.xds_port,
         host = yaml_str(host),
     );
+    if let Some(tls) = &o.tls {
+        render_tls(&mut y, tls);
+    }
     y
+}
+
+/// The xDS cluster's `transport_socket`: mTLS with ALPN `h2` (gRPC), the proxy's certificate, and
+/// tributary's certificate checked against the CA (and the SNI as a DNS SAN when given).
+fn render_tls(y: &mut String, t: &BootstrapTls) {
+    let path = |p: &PathBuf| yaml_str(&p.display().to_string());
+    let _ = write!(
+        y,
+        r#"      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+"#
+    );
+    if let Some(sni) = &t.sni {
+        let _ = writeln!(y, "          sni: {}", yaml_str(sni));
+    }
+    let _ = write!(
+        y,
+        r#"          common_tls_context:
+            alpn_protocols: ["h2"]
+            tls_params: {{ tls_minimum_protocol_version: TLSv1_2 }}
+            tls_certificates:
+              - certificate_chain: {{ filename: {cert} }}
+                private_key: {{ filename: {key} }}
+            validation_context:
+              trusted_ca: {{ filename: {ca} }}
+"#,
+        cert = path(&t.cert),
+        key = path(&t.key),
+        ca = path(&t.ca),
+    );
+    if let Some(sni) = &t.sni {
+        let _ = write!(
+            y,
+            "              match_typed_subject_alt_names:\n                - san_type: DNS\n                  matcher: {{ exact: {} }}\n",
+            yaml_str(sni)
+        );
+    }
 }
 
 /// A YAML double-quoted string, so ids with `:` or `#` survive.
@@ -110,7 +168,43 @@ mod tests {
             admin_port: 15000,
             listener_address: None,
             delta: false,
+            tls: None,
         }
+    }
+
+    #[test]
+    fn tls_adds_an_mtls_transport_socket() {
+        // SEC-1: the proxy presents a certificate and checks tributary's.
+        let y = render(&BootstrapOptions {
+            xds_port: 15012,
+            tls: Some(BootstrapTls {
+                ca: "/etc/certs/ca.pem".into(),
+                cert: "/etc/certs/cert.pem".into(),
+                key: "/etc/certs/key.pem".into(),
+                sni: Some("tributary.mesh.svc".into()),
+            }),
+            ..opts()
+        });
+        let v: serde_yaml::Value = serde_yaml::from_str(&y).unwrap();
+        let ts = &v["static_resources"]["clusters"][0]["transport_socket"];
+        assert_eq!(ts["name"], "envoy.transport_sockets.tls");
+        let tc = &ts["typed_config"];
+        assert_eq!(tc["sni"], "tributary.mesh.svc");
+        let ctx = &tc["common_tls_context"];
+        assert_eq!(ctx["alpn_protocols"][0], "h2");
+        assert_eq!(
+            ctx["tls_certificates"][0]["private_key"]["filename"],
+            "/etc/certs/key.pem"
+        );
+        assert_eq!(
+            ctx["validation_context"]["trusted_ca"]["filename"],
+            "/etc/certs/ca.pem"
+        );
+        assert_eq!(
+            ctx["validation_context"]["match_typed_subject_alt_names"][0]["matcher"]["exact"],
+            "tributary.mesh.svc"
+        );
+        assert!(render(&opts()).find("transport_socket").is_none());
     }
 
     #[test]

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::bootstrap::{self, BootstrapOptions};
+use crate::bootstrap::{self, BootstrapOptions, BootstrapTls};
+
+/// Where `tributary bootstrap --tls` points Envoy by default: the mTLS port on loopback.
+const DEFAULT_TLS_BOOTSTRAP_ADDR: &str = "127.0.0.1:15012";
 use crate::config::{Config, Overrides};
 
 /// tributary: a multi-registry xDS control plane for Envoy.
@@ -56,9 +59,10 @@ pub struct BootstrapArgs {
     /// The Envoy node cluster.
     #[arg(long, default_value = "tributary")]
     pub cluster: String,
-    /// tributary's xDS address as HOST:PORT (a name is resolved by Envoy).
-    #[arg(long, default_value = crate::config::DEFAULT_XDS_ADDR)]
-    pub xds_addr: String,
+    /// tributary's xDS address as HOST:PORT (a name is resolved by Envoy) [default:
+    /// 127.0.0.1:15010, or 127.0.0.1:15012 with --tls].
+    #[arg(long)]
+    pub xds_addr: Option<String>,
     /// Envoy's admin port on 127.0.0.1.
     #[arg(long, default_value_t = 15000)]
     pub admin_port: u16,
@@ -69,6 +73,22 @@ pub struct BootstrapArgs {
     /// Use incremental (delta) xDS: `api_type: DELTA_GRPC`. Envoy then receives only what changed.
     #[arg(long)]
     pub delta: bool,
+    /// Connect to tributary's mTLS xDS port (15012): needs --tls-ca, --tls-cert and --tls-key.
+    #[arg(long, requires_all = ["tls_ca", "tls_cert", "tls_key"])]
+    pub tls: bool,
+    /// CA bundle (PEM) that tributary's server certificate must chain to.
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub tls_ca: Option<PathBuf>,
+    /// This proxy's client certificate chain (PEM), e.g. with a SPIFFE URI SAN.
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub tls_cert: Option<PathBuf>,
+    /// This proxy's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub tls_key: Option<PathBuf>,
+    /// Server name sent as SNI and required as a DNS SAN of tributary's certificate [default: the
+    /// host of --xds-addr when it is a name].
+    #[arg(long, value_name = "NAME", requires = "tls")]
+    pub tls_sni: Option<String>,
 }
 
 impl BootstrapArgs {
@@ -77,13 +97,29 @@ impl BootstrapArgs {
         if self.node_id.is_empty() {
             anyhow::bail!("--node-id must not be empty: tributary refuses proxies without one");
         }
-        let (host, port) = self
-            .xds_addr
+        let addr = match (&self.xds_addr, self.tls) {
+            (Some(a), _) => a.clone(),
+            (None, false) => crate::config::DEFAULT_XDS_ADDR.to_string(),
+            (None, true) => DEFAULT_TLS_BOOTSTRAP_ADDR.to_string(),
+        };
+        let (host, port) = addr
             .rsplit_once(':')
-            .ok_or_else(|| anyhow::anyhow!("--xds-addr {:?} must be HOST:PORT", self.xds_addr))?;
-        let port: u16 = port.parse().map_err(|_| {
-            anyhow::anyhow!("--xds-addr {:?}: {port:?} is not a port", self.xds_addr)
-        })?;
+            .ok_or_else(|| anyhow::anyhow!("--xds-addr {addr:?} must be HOST:PORT"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--xds-addr {addr:?}: {port:?} is not a port"))?;
+        let tls = match (&self.tls_ca, &self.tls_cert, &self.tls_key) {
+            (Some(ca), Some(cert), Some(key)) if self.tls => Some(BootstrapTls {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+                sni: self.tls_sni.clone().or_else(|| {
+                    let bare = host.trim_start_matches('[').trim_end_matches(']');
+                    bare.parse::<IpAddr>().is_err().then(|| bare.to_string())
+                }),
+            }),
+            _ => None,
+        };
         Ok(BootstrapOptions {
             node_id: self.node_id.clone(),
             cluster: self.cluster.clone(),
@@ -92,6 +128,7 @@ impl BootstrapArgs {
             admin_port: self.admin_port,
             listener_address: self.listener_address,
             delta: self.delta,
+            tls,
         })
     }
 }
@@ -103,14 +140,19 @@ impl Cli {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
-        config.apply_overrides(Overrides {
-            xds_addr: self.xds_addr,
-            admin_addr: self.admin_addr,
-            mock_file: self.mock_file.clone(),
-        });
+        config.apply_overrides(self.overrides());
         config.apply_env(|k| std::env::var(k).ok());
         config.validate()?;
         Ok(config)
+    }
+
+    /// The values given as flags, which win over the file.
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            xds_addr: self.xds_addr,
+            admin_addr: self.admin_addr,
+            mock_file: self.mock_file.clone(),
+        }
     }
 
     /// Installs the tracing subscriber.
@@ -132,7 +174,17 @@ impl Cli {
                 print!("{}", bootstrap::render(&args.options()?));
                 Ok(())
             }
-            None => crate::runtime::run(self.config()?).await,
+            None => {
+                let source = self
+                    .config
+                    .clone()
+                    .map(|path| crate::runtime::ConfigSource {
+                        path,
+                        overrides: self.overrides(),
+                        env: std::env::vars().collect(),
+                    });
+                crate::runtime::run(self.config()?, source).await
+            }
         }
     }
 }

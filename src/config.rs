@@ -17,6 +17,11 @@ use tributary_registries::mock::MockConfig;
 use tributary_registries::serviceentry::ServiceEntryConfig;
 
 use crate::aggregate::DebounceSettings;
+use crate::tls::TlsConfig;
+
+mod server;
+
+pub use server::{ConnectionSettings, ShutdownSettings};
 
 /// The default plaintext xDS address, istiod's `--grpcAddr` port on loopback.
 pub const DEFAULT_XDS_ADDR: &str = "127.0.0.1:15010";
@@ -67,6 +72,16 @@ pub struct Config {
     /// Upstream connect timeout of generated clusters.
     #[serde(with = "duration")]
     pub connect_timeout: Duration,
+    /// Serve xDS over mTLS too (istiod's `https-xds` port 15012): the port for proxies on other
+    /// machines (SEC-1).
+    pub tls: Option<TlsConfig>,
+    /// Allow `xds_addr` (plaintext, unauthenticated) on a non-loopback address. Off by default:
+    /// plaintext xDS stays on loopback unless this says otherwise (SEC-1, SEC-14).
+    pub insecure_plaintext_xds: bool,
+    /// HTTP/2 limits, keepalive and connection age of the xDS servers.
+    pub connections: ConnectionSettings,
+    /// Graceful shutdown on SIGTERM/SIGINT.
+    pub shutdown: ShutdownSettings,
 }
 
 /// One registry to run. Adding a registry kind is one variant here and one match arm in
@@ -97,6 +112,10 @@ impl Default for Config {
             sync_timeout: Duration::from_secs(30),
             send_unhealthy_endpoints: false,
             connect_timeout: Duration::from_secs(10),
+            tls: None,
+            insecure_plaintext_xds: false,
+            connections: ConnectionSettings::default(),
+            shutdown: ShutdownSettings::default(),
         }
     }
 }
@@ -246,6 +265,22 @@ impl Config {
                     .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             }
         }
+        if !self.xds_addr.ip().is_loopback() && !self.insecure_plaintext_xds {
+            return Err(ConfigError::Invalid(format!(
+                "plaintext xDS on {} would be reachable from the network without authentication; \
+                 serve remote proxies over mTLS (`tls:`, port 15012) or set \
+                 insecure_plaintext_xds: true",
+                self.xds_addr
+            )));
+        }
+        if let Some(tls) = &self.tls
+            && (tls.addr == self.xds_addr || tls.addr == self.admin_addr)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "tls.addr {} is also used by xds_addr or admin_addr",
+                tls.addr
+            )));
+        }
         if self.xds_addr == self.admin_addr {
             return Err(ConfigError::Invalid(format!(
                 "xds_addr and admin_addr are both {}",
@@ -368,6 +403,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("qps"), "{e}");
+    }
+
+    #[test]
+    fn plaintext_off_loopback_must_be_explicit() {
+        // SEC-1, SEC-14
+        let e = Config::from_yaml("xds_addr: 0.0.0.0:15010\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("insecure_plaintext_xds"), "{e}");
+        let c = Config::from_yaml("xds_addr: 0.0.0.0:15010\ninsecure_plaintext_xds: true\n");
+        assert!(c.is_ok());
+        let c = Config::from_yaml(
+            "tls: {cert: /c, key: /k, client_ca: /ca}\nshutdown: {grace_period: 3s}\nconnections: {max_connection_age: 30m}\n",
+        )
+        .unwrap();
+        assert_eq!(c.tls.unwrap().addr.port(), 15012);
+        assert_eq!(c.shutdown.grace_period, Duration::from_secs(3));
     }
 
     #[test]

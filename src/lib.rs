@@ -3,7 +3,7 @@
 //! This crate owns everything that is not platform-specific, left to right:
 //! registries (from `tributary-registries`) → [`aggregate`] (merge + debounce) → [`snapshot`]
 //! (immutable, built incrementally, swapped with `arc-swap`) → `xds` (ADS server) → Envoy, with
-//! `admin` (readiness, metrics, debug views) on the side. [`envoy`] turns the model into Envoy
+//! `admin` (readiness, metrics, debug views) on the side, and [`tls`] (mTLS for the xDS port). [`envoy`] turns the model into Envoy
 //! resources.
 //!
 //! It does not talk to any platform (that is `tributary-registries`) and holds no mutable state
@@ -20,4 +20,5 @@ mod demo;
 pub mod envoy;
 pub mod runtime;
 pub mod snapshot;
+pub mod tls;
 pub mod xds;

@@ -3,24 +3,27 @@
 //! Every long-lived task is owned by one `JoinSet` and stops on one cancellation token. Listen
 //! sockets are bound first, so a port in use fails start-up with a message that says which.
 
+mod registries;
+mod serve;
+
+pub use registries::{CONFIG_POLL_INTERVAL, ConfigSource};
+
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, error, info, info_span, warn};
-use tributary_registries::consul::ConsulRegistry;
-use tributary_registries::kubernetes::KubernetesRegistry;
-use tributary_registries::mock::{self, MockControl, MockHandle, MockRegistry};
-use tributary_registries::serviceentry::ServiceEntryRegistry;
-use tributary_registries::{Registry, RegistryError, RegistryId, RegistrySink};
+use tracing::{Instrument, info, info_span, warn};
+use tributary_registries::RegistryId;
+use tributary_registries::mock::{self, MockControl, MockHandle};
 
 use crate::admin::{self, AdminState};
 use crate::aggregate::{Aggregate, AggregateSettings, RegistriesView};
-use crate::config::{Config, RegistryConfig};
+use crate::config::{Config, RegistryConfig, ShutdownSettings};
 use crate::envoy::GenerateOptions;
 use crate::snapshot::{MeshBuilder, SnapshotStore, run_builder};
 use crate::xds::{XdsOptions, XdsServer};
@@ -31,33 +34,70 @@ const REGISTRY_EVENTS_CAPACITY: usize = 1024;
 /// Push requests waiting for the builder: one, because the aggregate sends the next only after the
 /// previous is done (one push pipeline at a time, REG-13).
 const PUSH_REQUESTS_CAPACITY: usize = 1;
+/// Reload commands waiting for the aggregate: a reload sends one per changed registry, and the
+/// supervisor waits when full.
+const RELOAD_COMMANDS_CAPACITY: usize = 16;
 
 /// A running tributary.
 pub struct Running {
-    /// Where xDS (and the mock control API) listens.
+    /// Where plaintext xDS (and the mock control API) listens.
     pub xds_addr: SocketAddr,
+    /// Where mTLS xDS listens, if configured.
+    pub xds_tls_addr: Option<SocketAddr>,
     /// Where admin HTTP listens.
     pub admin_addr: SocketAddr,
     /// Handles of the mock registries, in configured order, to drive them in-process.
     pub mocks: Vec<MockHandle>,
     /// The published snapshots.
     pub store: SnapshotStore,
+    /// The xDS server (connections, drain).
+    pub xds: XdsServer,
     tasks: JoinSet<()>,
+    servers: JoinSet<()>,
     shutdown: CancellationToken,
+    draining: CancellationToken,
+    stop_servers: CancellationToken,
+    settings: ShutdownSettings,
 }
 
 impl Running {
-    /// Stops everything and waits for the tasks to end.
+    /// Shuts down gracefully (TRANS-8), in order: `/ready` turns 503; after `drain_delay`, new
+    /// streams are refused with `UNAVAILABLE` and live ones end with `UNAVAILABLE` once their
+    /// staged response is out; the servers stop accepting and send GOAWAY; connections get
+    /// `grace_period` to close, then are dropped. Only then do registries, aggregate and builder
+    /// stop, so nothing is published, and so nothing partial or empty pushed, while streams live.
     pub async fn stop(mut self) {
+        self.draining.cancel();
+        if !self.settings.drain_delay.is_zero() {
+            tokio::time::sleep(self.settings.drain_delay).await;
+        }
+        self.xds.drain();
+        self.stop_servers.cancel();
+        let servers = async { while self.servers.join_next().await.is_some() {} };
+        if tokio::time::timeout(self.settings.grace_period, servers)
+            .await
+            .is_err()
+        {
+            warn!(grace = ?self.settings.grace_period, "xDS connections still open after the grace period; closing them");
+            self.servers.shutdown().await;
+        }
         self.shutdown.cancel();
         self.tasks.shutdown().await;
     }
+
+    /// Whether `/ready` reports shutting down.
+    pub fn is_draining(&self) -> bool {
+        self.draining.is_cancelled()
+    }
 }
 
-/// Runs tributary until SIGINT or SIGTERM.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+/// Longest a stop may take beyond the configured grace period (task wind-down).
+const STOP_SLACK: Duration = Duration::from_secs(5);
+
+/// Runs tributary until SIGINT or SIGTERM, reloading the config from `source` if given.
+pub async fn run(config: Config, source: Option<ConfigSource>) -> anyhow::Result<()> {
     let demo = config.is_demo();
-    let running = start(config).await?;
+    let running = start_reloadable(config, source).await?;
     let mut backends = match demo {
         true => Some(crate::demo::start_backends(mock::demo_endpoints()).await),
         false => None,
@@ -68,23 +108,30 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if let Some(b) = backends.as_mut() {
         b.shutdown().await;
     }
-    running.stop().await;
+    let limit = running.settings.drain_delay + running.settings.grace_period + STOP_SLACK;
+    if tokio::time::timeout(limit, running.stop()).await.is_err() {
+        warn!("shutdown did not finish in time; exiting anyway");
+    }
     Ok(())
 }
 
 /// Starts every task; returns once the sockets are bound (not once registries synced).
-pub async fn start(mut config: Config) -> anyhow::Result<Running> {
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    start_reloadable(config, None).await
+}
+
+/// Like [`start`]; with a `source`, the config file is reloaded on SIGHUP and when it changes
+/// (registries added, removed or restarted; see `registries.rs`).
+pub async fn start_reloadable(
+    mut config: Config,
+    source: Option<ConfigSource>,
+) -> anyhow::Result<Running> {
     if config.is_demo() {
         config
             .registries
             .push(RegistryConfig::Mock(mock::demo_config()));
     }
-    let xds_listener = TcpListener::bind(config.xds_addr).await.with_context(|| {
-        format!(
-            "cannot listen for xDS on {}: is another tributary or istiod running? (--xds-addr)",
-            config.xds_addr
-        )
-    })?;
+    let listeners = serve::Listeners::bind(&config).await?;
     let admin_listener = TcpListener::bind(config.admin_addr)
         .await
         .with_context(|| {
@@ -93,8 +140,13 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 config.admin_addr
             )
         })?;
-    let xds_addr = xds_listener.local_addr()?;
+    let xds_addr = listeners.plain.local_addr()?;
+    let xds_tls_addr = listeners.tls_addr()?;
     let admin_addr = admin_listener.local_addr()?;
+    if !admin_addr.ip().is_loopback() {
+        // SEC-6, SEC-14: the admin/debug server has no authentication; exposing it is explicit.
+        warn!(addr = %admin_addr, "admin and debug endpoints are reachable beyond loopback, without authentication");
+    }
     admin::metrics::handle();
 
     let shutdown = CancellationToken::new();
@@ -104,33 +156,26 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let (events_tx, events_rx) = mpsc::channel(REGISTRY_EVENTS_CAPACITY);
     let (push_tx, push_rx) = mpsc::channel(PUSH_REQUESTS_CAPACITY);
 
-    let mut mocks = Vec::new();
-    let mut order = Vec::new();
-    for rc in &config.registries {
-        let id = RegistryId::new(rc.name());
-        order.push(id.clone());
-        let registry: Box<dyn Registry> = match rc {
-            RegistryConfig::Mock(mc) => {
-                let (registry, handle) = MockRegistry::new(mc.clone());
-                mocks.push(handle);
-                Box::new(registry)
-            }
-            RegistryConfig::Kubernetes(kc) => Box::new(KubernetesRegistry::new((**kc).clone())),
-            RegistryConfig::Consul(cc) => Box::new(ConsulRegistry::new((**cc).clone())),
-            RegistryConfig::ServiceEntry(sc) => Box::new(ServiceEntryRegistry::new((**sc).clone())),
-        };
-        let sink = RegistrySink::new(id.clone(), events_tx.clone());
-        let span = info_span!("registry", registry = %id);
-        tasks.spawn(run_registry(registry, sink, shutdown.clone()).instrument(span));
-    }
-    drop(events_tx);
+    let order = config
+        .registries
+        .iter()
+        .map(|rc| RegistryId::new(rc.name()))
+        .collect();
+    let (commands_tx, commands_rx) = mpsc::channel(RELOAD_COMMANDS_CAPACITY);
+    let (supervisor, mocks) =
+        registries::Supervisor::start(&config.registries, events_tx, commands_tx, shutdown.clone());
+    tasks.spawn(
+        supervisor
+            .run(source, config.clone())
+            .instrument(info_span!("registries")),
+    );
 
     let settings = AggregateSettings {
         registries: order,
         debounce: config.debounce,
         sync_timeout: config.sync_timeout,
     };
-    let aggregate = Aggregate::new(settings, view.clone());
+    let aggregate = Aggregate::new(settings, view.clone()).with_commands(commands_rx);
     tasks.spawn(
         cancellable(aggregate.run(events_rx, push_tx), shutdown.clone())
             .instrument(info_span!("aggregate")),
@@ -147,62 +192,54 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .instrument(info_span!("builder")),
     );
 
-    let xds = XdsServer::new(store.clone(), XdsOptions::default());
-    let control = mocks
-        .first()
-        .map(|h| MockControl::new(h.clone()).into_server());
+    let xds = XdsServer::new(
+        store.clone(),
+        XdsOptions {
+            identity: config.tls.as_ref().map(|t| t.identity).unwrap_or_default(),
+            trust_domain: config.tls.as_ref().and_then(|t| t.trust_domain.clone()),
+            ..XdsOptions::default()
+        },
+    );
+    let control = mocks.first().map(|h| MockControl::new(h.clone()));
     if mocks.len() > 1 {
         warn!("several mock registries: the control API drives the first one only");
     }
+    let draining = CancellationToken::new();
+    let stop_servers = CancellationToken::new();
+    let mut servers = JoinSet::new();
+    serve::spawn(
+        &mut servers,
+        listeners,
+        &xds,
+        control,
+        &config.connections,
+        &stop_servers,
+    );
+    let settings = config.shutdown.clone();
     let admin_state = AdminState {
         store: store.clone(),
         registries: view,
         xds: Arc::new(xds.connections()),
         config: Arc::new(config),
+        draining: draining.clone(),
     };
-    let token = shutdown.clone();
-    tasks.spawn(
-        async move {
-            let router =
-                xds.add_to(tonic::transport::Server::builder().add_optional_service(control));
-            // Pushes are small writes that must leave at once: no Nagle delay (tonic sets
-            // TCP_NODELAY only for listeners it binds itself).
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(xds_listener).with_nodelay(Some(true));
-            if let Err(e) = router
-                .serve_with_incoming_shutdown(incoming, token.cancelled())
-                .await
-            {
-                error!(error = %e, "xDS server stopped");
-            }
-        }
-        .instrument(info_span!("xds")),
-    );
     tasks.spawn(
         admin::serve(admin_listener, admin_state, shutdown.clone()).instrument(info_span!("admin")),
     );
     Ok(Running {
         xds_addr,
+        xds_tls_addr,
         admin_addr,
         mocks,
         store,
+        xds,
         tasks,
+        servers,
         shutdown,
+        draining,
+        stop_servers,
+        settings,
     })
-}
-
-async fn run_registry(
-    registry: Box<dyn Registry>,
-    sink: RegistrySink,
-    shutdown: CancellationToken,
-) {
-    tokio::select! {
-        _ = shutdown.cancelled() => {}
-        result = registry.run(sink) => match result {
-            Ok(()) | Err(RegistryError::Closed) => info!("registry stopped"),
-            Err(e) => error!(error = %e, "registry stopped; its last state is still served"),
-        },
-    }
 }
 
 async fn cancellable(task: impl std::future::Future<Output = ()>, shutdown: CancellationToken) {
@@ -238,11 +275,15 @@ fn print_banner(r: &Running, demo: bool) {
     };
     println!(
         "tributary is serving {what}\n\
-         \n  xDS (ADS, gRPC):  {xds}\n  admin:           http://{admin}/ready  /metrics  /debug\n\
+         \n  xDS (ADS, gRPC):  {xds}{tls}\n  admin:           http://{admin}/ready  /metrics  /debug\n\
          \nPoint an Envoy at it:\n\
          \n  tributary bootstrap --node-id demo --xds-addr {xds} --listener-address 127.0.0.1 > envoy.yaml\
          \n  envoy -c envoy.yaml --disable-hot-restart\n",
         xds = r.xds_addr,
+        tls = match r.xds_tls_addr {
+            Some(a) => format!("\n  xDS over mTLS:    {a}"),
+            None => String::new(),
+        },
         admin = r.admin_addr,
     );
     if demo {

@@ -27,8 +27,12 @@
 //! A delta stream keeps the same per-type records, with the client's view held as a shared
 //! reference to the map its last response came from instead of SotW's owed-name sets (`delta/state.rs`).
 //!
+//! Streams on mTLS connections (`crate::tls`) carry the peer's SPIFFE identity; the node of the
+//! first request must match it (SEC-2) or the stream ends with `PERMISSION_DENIED` before any
+//! config is generated.
+//!
 //! What it does not do: TTL/heartbeats (SOTW-38, DELTA-20), delta aliases and resource locators,
-//! authentication, admission rate limiting, keepalive and connection-age settings (those belong to
+//! TLS itself, admission rate limiting, keepalive and connection-age settings (those belong to
 //! the `tonic::transport::Server` the caller builds), and HTTP debug endpoints (the admin module
 //! reads [`Connections`]).
 //!
@@ -78,12 +82,19 @@ pub const DEFAULT_MAX_DECODING_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 pub struct XdsOptions {
     /// Largest request message accepted; bigger ones end the stream with `RESOURCE_EXHAUSTED`.
     pub max_decoding_message_size: usize,
+    /// How a TLS peer's certificate identity binds the node it may claim (SEC-2). Streams on
+    /// plaintext connections carry no identity and are not checked.
+    pub identity: crate::tls::IdentityMapping,
+    /// Accept only SPIFFE IDs of this trust domain.
+    pub trust_domain: Option<String>,
 }
 
 impl Default for XdsOptions {
     fn default() -> Self {
         Self {
             max_decoding_message_size: DEFAULT_MAX_DECODING_MESSAGE_SIZE,
+            identity: crate::tls::IdentityMapping::default(),
+            trust_domain: None,
         }
     }
 }
@@ -120,6 +131,8 @@ impl XdsServer {
                 connections: Connections::default(),
                 drain: CancellationToken::new(),
                 max_decoding_message_size: options.max_decoding_message_size,
+                identity: options.identity,
+                trust_domain: options.trust_domain.map(Arc::from),
                 full_sets: Arc::default(),
             }),
         }

@@ -1147,6 +1147,7 @@ async fn trans_10_status_codes() {
     // RESOURCE_EXHAUSTED: a request over the server's size limit.
     let small = TestServer::start_with(XdsOptions {
         max_decoding_message_size: 1024,
+        ..XdsOptions::default()
     })
     .await;
     small.publish(vec![cluster("a", "1")], vec![]);

@@ -5,7 +5,7 @@
 //! [`PushRequest`]s, one at a time. Nothing is pushed before every registry has synced or its sync
 //! timeout has passed (TRANS-11, BUG-9); then the first push carries the whole mesh.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -44,6 +44,17 @@ pub struct AggregateSettings {
     pub sync_timeout: Duration,
 }
 
+/// A change to the set of registries, from config reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AggregateCommand {
+    /// The registry was removed from the config: delete everything it reported.
+    Remove(RegistryId),
+    /// The registry restarts with new settings. What it reported stays served until the new
+    /// instance reports `Synced`; then the hostnames it did not report again are deleted, so a
+    /// settings change never empties the mesh in between.
+    Restart(RegistryId),
+}
+
 /// The aggregate's state, owned by its task.
 pub struct Aggregate {
     settings: AggregateSettings,
@@ -56,6 +67,10 @@ pub struct Aggregate {
     serving: bool,
     started: Instant,
     view: RegistriesView,
+    /// Reload commands, if the runtime reloads config.
+    commands: Option<mpsc::Receiver<AggregateCommand>>,
+    /// Restarting registries (by position) and the hostnames they have not re-reported yet.
+    restarting: HashMap<usize, HashSet<Hostname>>,
 }
 
 impl Aggregate {
@@ -75,7 +90,15 @@ impl Aggregate {
             serving: false,
             started: Instant::now(),
             view,
+            commands: None,
+            restarting: HashMap::new(),
         }
+    }
+
+    /// Also takes registry add/remove/restart commands from `commands` (config reload).
+    pub fn with_commands(mut self, commands: mpsc::Receiver<AggregateCommand>) -> Self {
+        self.commands = Some(commands);
+        self
     }
 
     /// Runs until every registry sender is gone.
@@ -85,6 +108,7 @@ impl Aggregate {
         pushes: mpsc::Sender<PushRequest>,
     ) {
         self.publish_view();
+        let mut commands = self.commands.take();
         let mut in_flight: Option<oneshot::Receiver<()>> = None;
         loop {
             if !self.serving && self.all_synced_or_timed_out() {
@@ -120,6 +144,10 @@ impl Aggregate {
                 msg = events.recv() => match msg {
                     Some(msg) => self.apply(msg),
                     None => return,
+                },
+                cmd = async { commands.as_mut().expect("guarded").recv().await }, if commands.is_some() => match cmd {
+                    Some(cmd) => self.command(cmd),
+                    None => commands = None,
                 },
                 _ = sleep_until(due_at.unwrap_or_else(Instant::now)), if due_at.is_some() => {
                     if let Some(due) = self.debouncer.take_due(Instant::now()) {
@@ -186,6 +214,41 @@ impl Aggregate {
         self.registries.len() - 1
     }
 
+    /// Applies one reload command.
+    pub fn command(&mut self, cmd: AggregateCommand) {
+        match cmd {
+            AggregateCommand::Remove(id) => {
+                let pos = self.position(&id);
+                self.restarting.remove(&pos);
+                for host in self.hosts_of(pos) {
+                    self.apply_change(pos, Change::Delete(host));
+                }
+                // A removed registry never blocks readiness.
+                if matches!(self.registries[pos].sync, SyncState::Pending) {
+                    self.registries[pos].sync = SyncState::Synced {
+                        at: SystemTime::now(),
+                    };
+                }
+                info!(registry = %id, "registry removed by config reload");
+            }
+            AggregateCommand::Restart(id) => {
+                let pos = self.position(&id);
+                let hosts = self.hosts_of(pos).into_iter().collect();
+                self.restarting.insert(pos, hosts);
+                info!(registry = %id, "registry restarting with new settings");
+            }
+        }
+        self.publish_view();
+    }
+
+    fn hosts_of(&self, pos: usize) -> Vec<Hostname> {
+        self.states
+            .iter()
+            .filter(|(_, per)| per.contains_key(&pos))
+            .map(|(h, _)| h.clone())
+            .collect()
+    }
+
     /// Applies one registry message.
     pub fn apply(&mut self, msg: RegistryMessage) {
         let pos = self.position(&msg.registry);
@@ -194,10 +257,20 @@ impl Aggregate {
         match msg.event {
             RegistryEvent::Changes(changes) => {
                 for change in changes {
+                    if let Some(stale) = self.restarting.get_mut(&pos) {
+                        stale.remove(change.hostname());
+                    }
                     self.apply_change(pos, change);
                 }
             }
             RegistryEvent::Synced => {
+                if let Some(stale) = self.restarting.remove(&pos) {
+                    // The restarted registry's listing is complete: what it did not report again
+                    // is gone.
+                    for host in stale {
+                        self.apply_change(pos, Change::Delete(host));
+                    }
+                }
                 let info = &mut self.registries[pos];
                 if !matches!(info.sync, SyncState::Synced { .. }) {
                     info!(registry = %info.id, services = info.services, "registry synced");

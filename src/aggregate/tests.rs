@@ -371,3 +371,45 @@ async fn rejected_objects_are_published_and_push_nothing() {
     assert!(h.next(ms(500)).await.is_none());
     assert!(h.view.load().registries[0].rejected.is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn reload_restart_keeps_services_until_resync_and_remove_deletes() {
+    // Config reload: a restarted registry's hostnames stay until its new instance synced; then
+    // only those it did not report again go. A removed registry's hostnames go at once.
+    let view = RegistriesView::default();
+    let settings = AggregateSettings {
+        registries: vec![RegistryId::new("a")],
+        debounce: settings(),
+        sync_timeout: Duration::from_secs(30),
+    };
+    let mut agg = Aggregate::new(settings, view.clone());
+    let msg = |event| RegistryMessage {
+        registry: RegistryId::new("a"),
+        event,
+    };
+    let services = |view: &RegistriesView| view.load().registries[0].services;
+    agg.apply(msg(RegistryEvent::Changes(vec![
+        Change::Upsert(state("a", "x.test", 80, &["10.0.0.1"])),
+        Change::Upsert(state("a", "y.test", 80, &["10.0.0.2"])),
+    ])));
+    agg.apply(msg(RegistryEvent::Synced));
+    assert_eq!(services(&view), 2);
+
+    agg.command(AggregateCommand::Restart(RegistryId::new("a")));
+    agg.apply(msg(RegistryEvent::Changes(vec![Change::Upsert(state(
+        "a",
+        "x.test",
+        80,
+        &["10.0.0.1"],
+    ))])));
+    assert_eq!(
+        services(&view),
+        2,
+        "y.test stays until the new instance synced"
+    );
+    agg.apply(msg(RegistryEvent::Synced));
+    assert_eq!(services(&view), 1, "y.test was not reported again");
+
+    agg.command(AggregateCommand::Remove(RegistryId::new("a")));
+    assert_eq!(services(&view), 0);
+}

@@ -17,7 +17,7 @@ use tonic::codec::Streaming;
 use super::body::{BodyGone, SlotWriter};
 use super::connections::Registration;
 use super::node::NodeInfo;
-use super::stream::{Params, client_fault, first_node};
+use super::stream::{Params, authorize, client_fault, first_node};
 
 /// One protocol's stream state, driven by [`serve`].
 pub(crate) trait Protocol {
@@ -79,6 +79,9 @@ pub(crate) async fn run<P: Protocol>(
         Ok(node) => node,
         Err(status) => return writer.finish(status),
     };
+    if let Err(status) = authorize(params.auth.as_ref(), first.node(), params.peer) {
+        return writer.finish(status);
+    }
     let registration = params.connections.register(&node, params.peer, delta);
     let conn = Arc::clone(registration.id());
     let force_push = registration.force_push();

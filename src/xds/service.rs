@@ -25,6 +25,7 @@ use super::delta;
 use super::stream::{self, RequestDecoder};
 use crate::envoy::ResourceType;
 use crate::snapshot::SnapshotStore;
+use crate::tls::{IdentityMapping, XdsConnectInfo};
 
 /// What every service of one server shares.
 pub(crate) struct Shared {
@@ -32,6 +33,8 @@ pub(crate) struct Shared {
     pub connections: Connections,
     pub drain: CancellationToken,
     pub max_decoding_message_size: usize,
+    pub identity: IdentityMapping,
+    pub trust_domain: Option<Arc<str>>,
     pub full_sets: Arc<FullSetCache>,
 }
 
@@ -64,10 +67,16 @@ impl Shared {
             return Status::unavailable("server is not ready to serve discovery information")
                 .into_http();
         }
-        let peer = req
-            .extensions()
-            .get::<TcpConnectInfo>()
+        let tls = req.extensions().get::<XdsConnectInfo>();
+        let peer = tls
+            .map(|t| &t.tcp)
+            .or_else(|| req.extensions().get::<TcpConnectInfo>())
             .and_then(TcpConnectInfo::remote_addr);
+        let auth = tls.map(|t| stream::Auth {
+            identity: Arc::clone(&t.identity),
+            mapping: self.identity,
+            trust_domain: self.trust_domain.clone(),
+        });
         let (writer, mut body) = body::slot();
         let params = stream::Params {
             store: self.store.clone(),
@@ -75,6 +84,7 @@ impl Shared {
             drain: self.drain.clone(),
             fixed,
             peer,
+            auth,
             full_sets: Arc::clone(&self.full_sets),
         };
         let span = tracing::info_span!("xds_stream", method, peer = ?peer);

@@ -185,6 +185,32 @@ pub(crate) fn check_same_node(
     }
 }
 
+/// A TLS stream's authenticated identity and the rule binding it to the claimed node (SEC-2).
+pub(crate) struct Auth {
+    pub identity: Arc<crate::tls::PeerIdentity>,
+    pub mapping: crate::tls::IdentityMapping,
+    pub trust_domain: Option<Arc<str>>,
+}
+
+/// Refuses a node its connection's certificate does not vouch for: `PERMISSION_DENIED` before
+/// any config is generated (SEC-2). The identity is the connection's, fixed at the handshake, and
+/// later requests cannot change the node (SOTW-3), so it holds for the stream's life (SEC-3).
+pub(crate) fn authorize(
+    auth: Option<&Auth>,
+    node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
+    peer: Option<SocketAddr>,
+) -> Result<(), Status> {
+    let (Some(auth), Some(node)) = (auth, node) else {
+        return Ok(());
+    };
+    auth.identity
+        .authorize(auth.mapping, auth.trust_domain.as_deref(), node)
+        .map_err(|e| {
+            tracing::warn!(error = %e, peer = ?peer, "refusing xDS stream: identity mismatch");
+            Status::permission_denied(e.to_string())
+        })
+}
+
 /// Everything a stream needs from the server.
 pub(crate) struct Params {
     pub store: SnapshotStore,
@@ -193,6 +219,8 @@ pub(crate) struct Params {
     /// The type a per-type service serves; `None` for ADS.
     pub fixed: Option<ResourceType>,
     pub peer: Option<SocketAddr>,
+    /// The TLS peer's identity and how it binds the node; `None` on plaintext connections.
+    pub auth: Option<Auth>,
     /// Whole-type bytes shared by wildcard streams.
     pub full_sets: Arc<FullSetCache>,
 }

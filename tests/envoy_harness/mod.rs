@@ -190,6 +190,27 @@ impl Proc {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits up to `limit` for it to exit; whether it did.
+    pub fn terminate(&mut self, limit: Duration) -> bool {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Kills it (SIGKILL) and waits.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -233,6 +254,11 @@ impl Tributary {
         };
         ready.await;
         t
+    }
+
+    /// The process id (to send it signals).
+    pub fn proc_id(&self) -> u32 {
+        self.proc.id()
     }
 
     pub async fn get(&self, path: &str) -> String {

@@ -1,0 +1,135 @@
+//! Settings of the xDS transport: HTTP/2 limits and keepalive (TRANS-5, TRANS-7), connection age
+//! (TRANS-9) and graceful shutdown (TRANS-8).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// HTTP/2 settings of both xDS servers (plaintext and mTLS).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionSettings {
+    /// Interval of the server's HTTP/2 keepalive pings (TRANS-7; Istio: 30s).
+    #[serde(with = "super::duration")]
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection is closed (Istio: 10s).
+    #[serde(with = "super::duration")]
+    pub keepalive_timeout: Duration,
+    /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` per connection (TRANS-5, SEC-11). Envoy opens one
+    /// ADS stream, or one per type without ADS.
+    pub max_concurrent_streams: u32,
+    /// Largest request header block accepted (SEC-11).
+    pub max_header_list_size: u32,
+    /// Close connections older than this (GOAWAY, then `max_connection_age_grace`) so proxies
+    /// rebalance across replicas after a scale-out (TRANS-9). Unset: never.
+    #[serde(with = "opt_duration")]
+    pub max_connection_age: Option<Duration>,
+    /// Up to this much is added to `max_connection_age`, drawn once per process, so replicas do not
+    /// recycle their connections in step.
+    #[serde(with = "super::duration")]
+    pub max_connection_age_jitter: Duration,
+    /// After a connection's age is up, how long its streams get to finish.
+    #[serde(with = "super::duration")]
+    pub max_connection_age_grace: Duration,
+}
+
+impl Default for ConnectionSettings {
+    fn default() -> Self {
+        Self {
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            // Istio allows 100000; a proxy needs at most 8 (4 types, SotW or delta). 1000 leaves
+            // room for test clients and proxyless gRPC while bounding one connection (SEC-11).
+            max_concurrent_streams: 1000,
+            // 64 KiB: gRPC request headers are a few hundred bytes.
+            max_header_list_size: 64 * 1024,
+            max_connection_age: None,
+            max_connection_age_jitter: Duration::from_secs(0),
+            max_connection_age_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ConnectionSettings {
+    /// The connection age to configure, with this process's jitter added (TRANS-9).
+    pub fn max_age_with_jitter(&self) -> Option<Duration> {
+        let age = self.max_connection_age?;
+        let jitter = self.max_connection_age_jitter.as_millis() as u64;
+        if jitter == 0 {
+            return Some(age);
+        }
+        // A different draw per process is all that is needed: hash the start time and pid.
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        Some(age + Duration::from_millis(h.finish() % (jitter + 1)))
+    }
+}
+
+/// What happens on SIGTERM/SIGINT (TRANS-8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownSettings {
+    /// How long `/ready` reports 503 before streams are drained, so load balancers and Kubernetes
+    /// endpoints stop sending new proxies here first.
+    #[serde(with = "super::duration")]
+    pub drain_delay: Duration,
+    /// How long live streams and connections get to finish after draining starts; then they are
+    /// closed (istiod's `--shutdownDuration`, 10s).
+    #[serde(with = "super::duration")]
+    pub grace_period: Duration,
+}
+
+impl Default for ShutdownSettings {
+    fn default() -> Self {
+        Self {
+            drain_delay: Duration::from_secs(0),
+            grace_period: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Optional durations: `30m`, or absent/null.
+mod opt_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::super::duration::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| {
+            humantime::parse_duration(&t).map_err(|e| {
+                serde::de::Error::custom(format!("{t:?} is not a duration like 30m: {e}"))
+            })
+        })
+        .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn age_jitter_stays_in_range() {
+        // TRANS-9
+        let mut c = ConnectionSettings::default();
+        assert_eq!(c.max_age_with_jitter(), None);
+        c.max_connection_age = Some(Duration::from_secs(60));
+        assert_eq!(c.max_age_with_jitter(), Some(Duration::from_secs(60)));
+        c.max_connection_age_jitter = Duration::from_secs(10);
+        for _ in 0..20 {
+            let age = c.max_age_with_jitter().unwrap();
+            assert!(age >= Duration::from_secs(60) && age <= Duration::from_secs(70));
+        }
+        let parsed: ConnectionSettings = serde_yaml::from_str("max_connection_age: 30m\n").unwrap();
+        assert_eq!(parsed.max_connection_age, Some(Duration::from_secs(1800)));
+    }
+}

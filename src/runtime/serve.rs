@@ -1,0 +1,123 @@
+//! The xDS transports: the plaintext server (loopback by default) and the mTLS server, both built
+//! from one set of HTTP/2 settings and both serving the same [`XdsServer`].
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+use tracing::{Instrument, error, info_span, warn};
+use tributary_registries::mock::MockControl;
+
+use crate::config::{Config, ConnectionSettings};
+use crate::tls::{self, ServerTls};
+use crate::xds::XdsServer;
+
+/// Bound xDS sockets, before serving.
+pub(super) struct Listeners {
+    pub plain: TcpListener,
+    pub tls: Option<(TcpListener, ServerTls)>,
+}
+
+impl Listeners {
+    /// Binds the plaintext port and, if configured, loads TLS and binds the mTLS port.
+    pub async fn bind(config: &Config) -> anyhow::Result<Self> {
+        let plain = TcpListener::bind(config.xds_addr).await.with_context(|| {
+            format!(
+                "cannot listen for xDS on {}: is another tributary or istiod running? (--xds-addr)",
+                config.xds_addr
+            )
+        })?;
+        if !config.xds_addr.ip().is_loopback() {
+            // SEC-14: an insecure mode is explicit and loud.
+            warn!(addr = %config.xds_addr, "plaintext xDS is reachable from the network without authentication (insecure_plaintext_xds)");
+        }
+        let tls = match &config.tls {
+            None => None,
+            Some(tc) => {
+                let material = ServerTls::load(tc)
+                    .with_context(|| "cannot load the TLS material for xDS (tls:)")?;
+                let listener = TcpListener::bind(tc.addr).await.with_context(|| {
+                    format!("cannot listen for mTLS xDS on {} (tls.addr)", tc.addr)
+                })?;
+                Some((listener, material))
+            }
+        };
+        Ok(Self { plain, tls })
+    }
+
+    /// The mTLS address, if any.
+    pub fn tls_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        Ok(match &self.tls {
+            Some((l, _)) => Some(l.local_addr()?),
+            None => None,
+        })
+    }
+}
+
+/// A tonic server builder with the HTTP/2 settings of `c` (TRANS-5, TRANS-7, TRANS-9, SEC-11).
+fn builder(c: &ConnectionSettings) -> Server {
+    let mut b = Server::builder()
+        .http2_keepalive_interval(Some(c.keepalive_interval))
+        .http2_keepalive_timeout(Some(c.keepalive_timeout))
+        .max_concurrent_streams(c.max_concurrent_streams)
+        .http2_max_header_list_size(c.max_header_list_size);
+    if let Some(age) = c.max_age_with_jitter() {
+        b = b
+            .max_connection_age(age)
+            .max_connection_age_grace(c.max_connection_age_grace);
+    }
+    b
+}
+
+/// Spawns the servers on `servers`; they stop accepting and send GOAWAY when `stop` is cancelled,
+/// then end when their connections have.
+pub(super) fn spawn(
+    servers: &mut JoinSet<()>,
+    listeners: Listeners,
+    xds: &XdsServer,
+    control: Option<MockControl>,
+    settings: &ConnectionSettings,
+    stop: &CancellationToken,
+) {
+    let control = control.map(MockControl::into_server);
+    let router = xds.add_to(builder(settings).add_optional_service(control));
+    let token = stop.clone();
+    // Pushes are small writes that must leave at once: no Nagle delay (tonic sets TCP_NODELAY
+    // only for listeners it binds itself).
+    let incoming =
+        tonic::transport::server::TcpIncoming::from(listeners.plain).with_nodelay(Some(true));
+    servers.spawn(
+        async move {
+            if let Err(e) = router
+                .serve_with_incoming_shutdown(incoming, token.cancelled())
+                .await
+            {
+                error!(error = %e, "xDS server stopped");
+            }
+        }
+        .instrument(info_span!("xds")),
+    );
+    if let Some((listener, material)) = listeners.tls {
+        // The mock control API is plaintext-only: not on the network port.
+        let router = xds.router(&mut builder(settings));
+        let token = stop.clone();
+        servers.spawn(
+            tls::run_reloader(material.clone(), stop.clone()).instrument(info_span!("tls_reload")),
+        );
+        let incoming = tls::incoming(listener, material, stop.clone());
+        servers.spawn(
+            async move {
+                if let Err(e) = router
+                    .serve_with_incoming_shutdown(incoming, token.cancelled())
+                    .await
+                {
+                    error!(error = %e, "mTLS xDS server stopped");
+                }
+            }
+            .instrument(info_span!("xds_tls")),
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! The mTLS accept loop: TCP accept, handshake off the loop with a timeout, and a stream of finished
+//! TLS connections for `tonic::transport::Server::serve_with_incoming_shutdown`.
+//!
+//! A failed or slow handshake (no client certificate, unknown CA, expired certificate) costs only
+//! its own task and is never seen by tonic; the loop keeps accepting.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+use super::identity::{PeerIdentity, spiffe_ids};
+use super::reload::ServerTls;
+
+/// Finished handshakes waiting for tonic to take them. tonic takes each at once; a small buffer
+/// only smooths bursts, and when full, handshakes wait (back-pressure, not memory).
+const ACCEPTED_CAPACITY: usize = 64;
+
+/// What a request on a TLS connection knows about its peer (a request extension).
+#[derive(Debug, Clone)]
+pub struct XdsConnectInfo {
+    /// Addresses of the TCP connection.
+    pub tcp: TcpConnectInfo,
+    /// The verified client certificate's identity.
+    pub identity: Arc<PeerIdentity>,
+}
+
+/// One accepted, handshaken TLS connection.
+pub struct TlsConn {
+    io: TlsStream<TcpStream>,
+    info: XdsConnectInfo,
+}
+
+impl Connected for TlsConn {
+    type ConnectInfo = XdsConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// Accepts on `listener` until `shutdown`, yielding connections whose handshake succeeded. Owns
+/// its tasks: dropping the stream (or `shutdown`) stops the loop and every pending handshake.
+pub fn incoming(
+    listener: TcpListener,
+    tls: ServerTls,
+    shutdown: CancellationToken,
+) -> impl Stream<Item = Result<TlsConn, io::Error>> + Send + 'static {
+    let (tx, rx) = mpsc::channel(ACCEPTED_CAPACITY);
+    let task = tokio::spawn(accept_loop(listener, tls, tx, shutdown));
+    let guard = AbortOnDrop(task);
+    ReceiverStream::new(rx).map(move |conn| {
+        let _ = &guard;
+        Ok(conn)
+    })
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: ServerTls,
+    tx: mpsc::Sender<TlsConn>,
+    shutdown: CancellationToken,
+) {
+    let acceptor = TlsAcceptor::from(tls.server_config());
+    let timeout = tls.config().handshake_timeout;
+    let mut handshakes = JoinSet::new();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tx.closed() => return,
+            Some(_) = handshakes.join_next(), if !handshakes.is_empty() => {}
+            accepted = listener.accept() => {
+                let (tcp, remote) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // EMFILE and friends: log and keep going (tonic does the same).
+                        tracing::warn!(error = %e, "accepting an xDS TLS connection failed");
+                        continue;
+                    }
+                };
+                // Pushes are small writes that must leave at once: no Nagle delay.
+                let _ = tcp.set_nodelay(true);
+                let info = TcpConnectInfo {
+                    local_addr: tcp.local_addr().ok(),
+                    remote_addr: Some(remote),
+                };
+                let acceptor = acceptor.clone();
+                let tx = tx.clone();
+                handshakes.spawn(async move {
+                    match tokio::time::timeout(timeout, acceptor.accept(tcp)).await {
+                        Err(_) => tracing::info!(peer = %remote, "TLS handshake timed out"),
+                        Ok(Err(e)) => tracing::info!(peer = %remote, error = %e, "TLS handshake refused"),
+                        Ok(Ok(io)) => {
+                            let spiffe = io
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .map(|leaf| spiffe_ids(leaf))
+                                .unwrap_or_default();
+                            let info = XdsConnectInfo {
+                                tcp: info,
+                                identity: Arc::new(PeerIdentity { spiffe }),
+                            };
+                            let _ = tx.send(TlsConn { io, info }).await;
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
