@@ -547,3 +547,38 @@ async fn delta_stream_closed_before_any_request_ends_cleanly() {
     assert!(stream.message().await.unwrap().is_none());
     s.wait_connections(0).await;
 }
+
+#[tokio::test]
+async fn delta_sec9_accumulated_subscriptions_are_capped() {
+    // SEC-9: each request is under the per-request limit, but delta subscriptions add up; past the
+    // cap the stream ends with INVALID_ARGUMENT and other streams are unaffected.
+    use tributary::xds::MAX_NAMES_PER_REQUEST;
+    let s = TestServer::start(vec![cluster("a", "1")]).await;
+    let mut other = s.delta_ads("other").await;
+    other.subscribe(CDS, &[]).await;
+    other.expect(CDS, &["a"], &[]).await;
+    let mut c = s.delta_ads("greedy").await;
+    let half = MAX_NAMES_PER_REQUEST / 2 + 1;
+    for batch in 0..2 {
+        let names: Vec<String> = (0..half).map(|i| format!("n{batch}-{i}")).collect();
+        c.send_raw(DeltaDiscoveryRequest {
+            node: Some(c.node.clone()),
+            type_url: EDS.type_url().into(),
+            resource_names_subscribe: names,
+            ..Default::default()
+        })
+        .await;
+    }
+    let mut status = None;
+    while status.is_none() {
+        match c.next_or_status(Duration::from_secs(20)).await {
+            Ok(_) => {}
+            Err(st) => status = Some(st),
+        }
+    }
+    let status = status.unwrap();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("limit"), "{status:?}");
+    s.publish(vec![cluster("a", "2")], vec![]);
+    other.expect(CDS, &["a"], &[]).await;
+}

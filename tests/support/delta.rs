@@ -304,6 +304,19 @@ impl DeltaClient {
         }
     }
 
+    /// The next response (applied, not checked for INV-5), or the status the stream ended with.
+    pub async fn next_or_status(&mut self, t: Duration) -> Result<DeltaDiscoveryResponse, Status> {
+        match tokio::time::timeout(t, self.rx.message()).await {
+            Err(_) => panic!("nothing within {t:?}"),
+            Ok(Ok(Some(resp))) => {
+                self.apply(&resp);
+                Ok(resp)
+            }
+            Ok(Ok(None)) => Err(Status::ok("")),
+            Ok(Err(status)) => Err(status),
+        }
+    }
+
     fn apply(&mut self, resp: &DeltaDiscoveryResponse) {
         let ty = ResourceType::from_type_url(&resp.type_url).expect("checked");
         let i = ty.index();

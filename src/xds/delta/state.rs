@@ -155,6 +155,11 @@ impl DeltaState {
         }
     }
 
+    /// How many names are explicitly subscribed.
+    pub(crate) fn subscribed_names(&self) -> usize {
+        self.sub.names.len()
+    }
+
     /// Whether a response may be sent for this type (INV-5).
     pub(crate) fn subscribed(&self) -> bool {
         self.requested && !self.sub.is_empty()

@@ -15,10 +15,12 @@ use tonic::codec::Streaming;
 use super::super::body::{BodyGone, SlotWriter};
 use super::super::connections::Registration;
 use super::super::driver;
-use super::super::metrics;
+use super::super::metrics::{self, InvalidReason};
 use super::super::node::NodeInfo;
 use super::super::response;
-use super::super::stream::{Params, UnknownTypes, check_names, check_same_node, request_type};
+use super::super::stream::{
+    MAX_NAMES_PER_REQUEST, Params, UnknownTypes, check_names, check_same_node, refuse, request_type,
+};
 use super::state::{DeltaState, Kind, Request};
 use crate::envoy::ResourceType;
 use crate::snapshot::Snapshot;
@@ -131,6 +133,17 @@ impl Stream {
             initial_versions: Some(irv),
             error,
         });
+        if state.subscribed_names() > MAX_NAMES_PER_REQUEST {
+            // SEC-9: delta subscriptions accumulate across requests; cap the total as SotW caps
+            // one request, so no client grows the server's memory without bound.
+            return Err(refuse(
+                InvalidReason::BadNames,
+                format!(
+                    "{} names subscribed to {ty}, over the limit of {MAX_NAMES_PER_REQUEST}",
+                    state.subscribed_names()
+                ),
+            ));
+        }
         match kind {
             Kind::Stale => metrics::expired_nonce(ty),
             Kind::Nack => {
