@@ -63,6 +63,11 @@ impl Subscription {
     ///   (LDS, CDS) and only while the client has never sent a non-empty list;
     /// - otherwise an empty list unsubscribes from everything.
     pub fn apply_sotw(&mut self, ty: ResourceType, requested: &[String]) -> Change {
+        if self.explicit_seen && !requested.is_empty() && self.is_exactly(requested) {
+            // Envoy repeats every EDS name in every ACK: recognise the unchanged list with lookups
+            // instead of building a new set of thousands of names per ACK.
+            return Change::default();
+        }
         let (wildcard, names) = if requested.is_empty() {
             (ty.legacy_wildcard() && !self.explicit_seen, OrdSet::new())
         } else {
@@ -102,6 +107,23 @@ impl Subscription {
         self.wildcard = wildcard;
         self.names = names;
         change
+    }
+
+    /// Whether `requested` (a non-empty SotW list, possibly with repeats) names exactly this
+    /// subscription.
+    fn is_exactly(&self, requested: &[String]) -> bool {
+        let mut wildcard = false;
+        let mut distinct = std::collections::HashSet::with_capacity(requested.len());
+        for n in requested {
+            if n == WILDCARD {
+                wildcard = true;
+            } else if !self.names.contains(n.as_str()) {
+                return false;
+            } else {
+                distinct.insert(n.as_str());
+            }
+        }
+        wildcard == self.wildcard && distinct.len() == self.names.len()
     }
 
     /// Applies a delta request's `resource_names_subscribe` / `_unsubscribe` (DELTA-4, DELTA-16):
@@ -252,6 +274,21 @@ mod tests {
         assert_eq!(c.added, Vec::<Arc<str>>::new());
         assert_eq!(c.removed, vec![Arc::<str>::from("a")]);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn an_unchanged_list_changes_nothing_even_reordered_or_repeated() {
+        let ty = ResourceType::Endpoint;
+        let mut s = Subscription::default();
+        s.apply_sotw(ty, &req(&["a", "b"]));
+        assert!(!s.apply_sotw(ty, &req(&["b", "a", "b"])).any());
+        assert_eq!(names(&s), ["a", "b"]);
+        // same length, one name swapped: not the same list
+        let c = s.apply_sotw(ty, &req(&["a", "a", "c"]));
+        assert_eq!(c.removed, vec![Arc::<str>::from("b")]);
+        assert_eq!(names(&s), ["a", "c"]);
+        let c = s.apply_sotw(ty, &req(&["a", "c", "*"]));
+        assert!(c.wildcard_on);
     }
 
     #[test]
