@@ -71,7 +71,7 @@ enum Mode {
     Mix,
 }
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 struct RunArgs {
     /// Mesh preset: small (100×1×5), medium (1,000×2×10), large (10,000×2×10).
     #[arg(long, default_value = "small")]
@@ -115,28 +115,12 @@ fn main() -> anyhow::Result<()> {
             push_bytes,
         } => rt.block_on(floor::serve(addr, delta, storm_bytes, push_bytes)),
         Command::Run(args) => {
-            let report = rt.block_on(run(args.clone_args()))?;
+            let report = rt.block_on(run(args.clone()))?;
             report.print_table();
             if args.json {
                 report.print_json();
             }
             Ok(())
-        }
-    }
-}
-
-impl RunArgs {
-    fn clone_args(&self) -> RunArgs {
-        RunArgs {
-            preset: self.preset.clone(),
-            services: self.services,
-            clients: self.clients,
-            per_connection: self.per_connection,
-            mode: self.mode,
-            changes: self.changes,
-            debounce: self.debounce.clone(),
-            tributary: self.tributary.clone(),
-            json: self.json,
         }
     }
 }
@@ -329,12 +313,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let trigger = channels(floor_server.xds, 1).await?.remove(0);
     let mut fsamples = Vec::new();
     for k in 0..args.changes {
-        let t = fprobe.arm(
-            k as u64 + 1,
-            Marker::Removes {
-                name: String::new(),
-            },
-        );
+        let t = fprobe.arm(k as u64 + 1, Marker::FloorPush);
         floor::trigger(trigger.clone()).await?;
         let last = wait_for("floor push", n, &fprobe, Probe::seen).await?;
         fsamples.push(last.saturating_duration_since(t));

@@ -16,6 +16,8 @@ pub enum Marker {
     /// A CDS response in which cluster `name` no longer exists (SotW: absent from the full set;
     /// delta: listed as removed).
     Removes { name: String },
+    /// The floor server's next push (its sink clients match pushes by epoch, not by content).
+    FloorPush,
 }
 
 /// Shared by every simulated proxy of one run.

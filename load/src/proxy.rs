@@ -148,7 +148,8 @@ impl State {
             0 => {
                 let list = self.cache.get("cds", r.version.clone(), || r.names(false));
                 self.sotw_request(0, &empty, None).await?;
-                if list.names != self.eds.names {
+                // the same version's list is the same shared value for every proxy: compare pointers first
+                if !Arc::ptr_eq(&list, &self.eds) && list.names != self.eds.names {
                     self.eds = Arc::clone(&list);
                     self.got[1] = false;
                     let names = self.eds.encoded.clone();
@@ -161,7 +162,7 @@ impl State {
                     routes_of(r.names(false))
                 });
                 self.sotw_request(2, &empty, None).await?;
-                if list.names != self.rds.names {
+                if !Arc::ptr_eq(&list, &self.rds) && list.names != self.rds.names {
                     self.rds = list;
                     self.got[3] = false;
                     let names = self.rds.encoded.clone();
