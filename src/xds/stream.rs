@@ -298,26 +298,6 @@ impl driver::Protocol for Stream {
     }
 
     fn on_request(&mut self, req: DiscoveryRequest) -> Result<(), Status> {
-        Stream::on_request(self, req)
-    }
-
-    fn has_work(&self, latest_seq: u64) -> bool {
-        self.types.iter().any(|t| t.has_work(latest_seq))
-    }
-
-    fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
-        Stream::push_one(self, latest_seq)
-    }
-
-    fn force_all(&mut self) {
-        for t in &mut self.types {
-            t.force_all();
-        }
-    }
-}
-
-impl Stream {
-    fn on_request(&mut self, req: DiscoveryRequest) -> Result<(), Status> {
         check_same_node(&self.node, req.node.as_ref())?;
         let Some(ty) = request_type(self.params.fixed, &req.type_url)? else {
             self.unknown.log(self.registration.id(), &req.type_url);
@@ -361,20 +341,8 @@ impl Stream {
         Ok(())
     }
 
-    /// The push is complete: the next one starts from the newest snapshot.
-    fn end_cycle(&mut self) {
-        self.cycle = None;
-        if let Some(t) = self.unconverged.take() {
-            metrics::converged(t.elapsed());
-        }
-        if std::mem::take(&mut self.cds_cleanup) {
-            self.types[ResourceType::Cluster.index()].owe_full_response();
-        }
-    }
-
-    fn next_nonce(&mut self) -> Arc<str> {
-        self.nonces += 1;
-        Arc::from(format!("{}-{:x}", self.nonce_prefix, self.nonces))
+    fn has_work(&self, latest_seq: u64) -> bool {
+        self.types.iter().any(|t| t.has_work(latest_seq))
     }
 
     /// Stages the next owed response, walking the pinned snapshot in push order.
@@ -467,5 +435,29 @@ impl Stream {
                 _ => return Ok(()),
             }
         }
+    }
+
+    fn force_all(&mut self) {
+        for t in &mut self.types {
+            t.force_all();
+        }
+    }
+}
+
+impl Stream {
+    /// The push is complete: the next one starts from the newest snapshot.
+    fn end_cycle(&mut self) {
+        self.cycle = None;
+        if let Some(t) = self.unconverged.take() {
+            metrics::converged(t.elapsed());
+        }
+        if std::mem::take(&mut self.cds_cleanup) {
+            self.types[ResourceType::Cluster.index()].owe_full_response();
+        }
+    }
+
+    fn next_nonce(&mut self) -> Arc<str> {
+        self.nonces += 1;
+        Arc::from(format!("{}-{:x}", self.nonce_prefix, self.nonces))
     }
 }
