@@ -17,4 +17,6 @@ mod tests;
 pub use debounce::{ChangeKind, DebounceSettings, Debouncer, Due};
 pub use merge::{MergedService, merge};
 pub use status::{RegistriesView, RegistryInfo, SyncState, ViewState};
-pub use task::{Aggregate, AggregateCommand, AggregateSettings, PushRequest};
+pub use task::{
+    Aggregate, AggregateCommand, AggregateSettings, CommandReceiver, CommandSender, PushRequest,
+};

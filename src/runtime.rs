@@ -22,7 +22,7 @@ use tributary_registries::RegistryId;
 use tributary_registries::mock::{self, MockControl, MockHandle};
 
 use crate::admin::{self, AdminState};
-use crate::aggregate::{Aggregate, AggregateSettings, RegistriesView};
+use crate::aggregate::{Aggregate, AggregateSettings, CommandSender, RegistriesView};
 use crate::config::{Config, RegistryConfig, ShutdownSettings};
 use crate::envoy::GenerateOptions;
 use crate::snapshot::{MeshBuilder, SnapshotStore, run_builder};
@@ -161,7 +161,7 @@ pub async fn start_reloadable(
         .iter()
         .map(|rc| RegistryId::new(rc.name()))
         .collect();
-    let (commands_tx, commands_rx) = mpsc::channel(RELOAD_COMMANDS_CAPACITY);
+    let (commands_tx, commands_rx) = CommandSender::channel(RELOAD_COMMANDS_CAPACITY);
     let (supervisor, mocks) =
         registries::Supervisor::start(&config.registries, events_tx, commands_tx, shutdown.clone());
     tasks.spawn(

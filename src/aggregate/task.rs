@@ -55,6 +55,36 @@ pub enum AggregateCommand {
     Restart(RegistryId),
 }
 
+/// A command with the sender that hears once the aggregate applied it.
+type AckedCommand = (AggregateCommand, oneshot::Sender<()>);
+
+/// The aggregate's receiving end of reload commands.
+pub type CommandReceiver = mpsc::Receiver<AckedCommand>;
+
+/// Sends reload commands to the aggregate task and waits until each is applied.
+///
+/// Registry events and commands travel on two channels, so without the wait a restarted
+/// registry's first listing can reach the aggregate before the `Restart` that tells it to replace
+/// the old instance's state, and the old instance's hostnames would then never be deleted.
+#[derive(Debug, Clone)]
+pub struct CommandSender(mpsc::Sender<AckedCommand>);
+
+impl CommandSender {
+    /// A command channel holding up to `capacity` unapplied commands.
+    pub fn channel(capacity: usize) -> (Self, CommandReceiver) {
+        let (tx, rx) = mpsc::channel(capacity);
+        (Self(tx), rx)
+    }
+
+    /// Sends `cmd` and returns once the aggregate has applied it, or once the aggregate is gone.
+    pub async fn apply(&self, cmd: AggregateCommand) {
+        let (applied, done) = oneshot::channel();
+        if self.0.send((cmd, applied)).await.is_ok() {
+            let _ = done.await;
+        }
+    }
+}
+
 /// The aggregate's state, owned by its task.
 pub struct Aggregate {
     settings: AggregateSettings,
@@ -68,7 +98,7 @@ pub struct Aggregate {
     started: Instant,
     view: RegistriesView,
     /// Reload commands, if the runtime reloads config.
-    commands: Option<mpsc::Receiver<AggregateCommand>>,
+    commands: Option<CommandReceiver>,
     /// Restarting registries (by position) and the hostnames they have not re-reported yet.
     restarting: HashMap<usize, HashSet<Hostname>>,
 }
@@ -96,7 +126,7 @@ impl Aggregate {
     }
 
     /// Also takes registry add/remove/restart commands from `commands` (config reload).
-    pub fn with_commands(mut self, commands: mpsc::Receiver<AggregateCommand>) -> Self {
+    pub fn with_commands(mut self, commands: CommandReceiver) -> Self {
         self.commands = Some(commands);
         self
     }
@@ -146,7 +176,10 @@ impl Aggregate {
                     None => return,
                 },
                 cmd = async { commands.as_mut().expect("guarded").recv().await }, if commands.is_some() => match cmd {
-                    Some(cmd) => self.command(cmd),
+                    Some((cmd, applied)) => {
+                        self.command(cmd);
+                        let _ = applied.send(());
+                    }
                     None => commands = None,
                 },
                 _ = sleep_until(due_at.unwrap_or_else(Instant::now)), if due_at.is_some() => {

@@ -68,6 +68,7 @@ struct Seen {
 
 struct Harness {
     events: mpsc::Sender<RegistryMessage>,
+    commands: CommandSender,
     seen: mpsc::UnboundedReceiver<Seen>,
     view: RegistriesView,
     t0: Instant,
@@ -85,7 +86,9 @@ impl Harness {
             debounce,
             sync_timeout: Duration::from_secs(30),
         };
-        tokio::spawn(Aggregate::new(settings, view.clone()).run(events_rx, push_tx));
+        let (commands, commands_rx) = CommandSender::channel(4);
+        let aggregate = Aggregate::new(settings, view.clone()).with_commands(commands_rx);
+        tokio::spawn(aggregate.run(events_rx, push_tx));
         let t0 = Instant::now();
         tokio::spawn(async move {
             while let Some(req) = push_rx.recv().await {
@@ -100,6 +103,7 @@ impl Harness {
         });
         Self {
             events,
+            commands,
             seen,
             view,
             t0,
@@ -412,4 +416,26 @@ async fn reload_restart_keeps_services_until_resync_and_remove_deletes() {
 
     agg.command(AggregateCommand::Remove(RegistryId::new("a")));
     assert_eq!(services(&view), 0);
+}
+
+// The run loop reads events before commands; a restarted registry's listing, sent as soon as the
+// Restart is acknowledged, must still be merged after it (a reload once left the old instance's
+// hostnames served forever when the listing overtook the command).
+#[tokio::test(start_paused = true)]
+async fn restart_is_applied_before_the_new_instance_listing() {
+    let mut h = Harness::start(&["mock"], settings(), Duration::ZERO);
+    h.synced_with_a().await;
+    h.commands
+        .apply(AggregateCommand::Restart(RegistryId::new("mock")))
+        .await;
+    h.upsert("mock", state("mock", "b.test", 80, &["10.0.0.2"]))
+        .await;
+    h.send("mock", RegistryEvent::Synced).await;
+    let push = h.next(ms(500)).await.expect("the restart's push");
+    assert_eq!(
+        push.hosts,
+        BTreeSet::from(["a.test".to_string(), "b.test".to_string()])
+    );
+    let view = h.view.load();
+    assert_eq!(view.registries[0].services, 1, "a.test is gone");
 }

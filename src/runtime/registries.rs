@@ -21,7 +21,7 @@ use tributary_registries::mock::{MockHandle, MockRegistry};
 use tributary_registries::serviceentry::ServiceEntryRegistry;
 use tributary_registries::{Registry, RegistryError, RegistryId, RegistryMessage, RegistrySink};
 
-use crate::aggregate::AggregateCommand;
+use crate::aggregate::{AggregateCommand, CommandSender};
 use crate::config::{Config, ConfigError, Overrides, RegistryConfig};
 
 /// How often the config file is read to notice changes. Kubernetes ConfigMap updates take up to a
@@ -73,7 +73,7 @@ pub(super) struct Supervisor {
     order: Vec<String>,
     tasks: JoinSet<()>,
     events: mpsc::Sender<RegistryMessage>,
-    commands: mpsc::Sender<AggregateCommand>,
+    commands: CommandSender,
     shutdown: CancellationToken,
 }
 
@@ -82,7 +82,7 @@ impl Supervisor {
     pub fn start(
         registries: &[RegistryConfig],
         events: mpsc::Sender<RegistryMessage>,
-        commands: mpsc::Sender<AggregateCommand>,
+        commands: CommandSender,
         shutdown: CancellationToken,
     ) -> (Self, Vec<MockHandle>) {
         let mut s = Self {
@@ -142,9 +142,8 @@ impl Supervisor {
                 e.stop.cancel();
             }
             self.order.retain(|n| n != &name);
-            let _ = self
-                .commands
-                .send(AggregateCommand::Remove(RegistryId::new(&name)))
+            self.commands
+                .apply(AggregateCommand::Remove(RegistryId::new(&name)))
                 .await;
         }
         for rc in new {
@@ -156,7 +155,8 @@ impl Supervisor {
                     }
                     self.order.retain(|n| n != rc.name());
                     let id = RegistryId::new(rc.name());
-                    let _ = self.commands.send(AggregateCommand::Restart(id)).await;
+                    // Applied before the new instance starts, so its listing comes after.
+                    self.commands.apply(AggregateCommand::Restart(id)).await;
                     self.spawn(rc);
                 }
                 None => {
