@@ -331,11 +331,9 @@ async fn server_pings_drop_a_blackholed_peer() {
         .expect("the server closes the blackholed connection")
         .unwrap();
     let took = t0.elapsed();
-    println!("blackholed peer dropped after {took:?}");
-    assert!(
-        took >= timeout,
-        "not before a ping could time out: {took:?}"
-    );
+    // No lower bound: a ping in flight when the path went dark times out sooner than a full
+    // timeout after the cut.
+    println!("blackholed peer dropped after {took:?} (timeout {timeout:?})");
     running.stop().await;
 }
 
