@@ -234,25 +234,46 @@ pub struct Tributary {
 impl Tributary {
     /// Starts tributary with `args` (plus its listen addresses) and waits for `/ready`.
     pub async fn start(dir: &Path, xds: SocketAddr, admin: SocketAddr, args: &[&str]) -> Tributary {
+        Self::start_with_env(
+            dir,
+            xds,
+            admin,
+            args,
+            &[("RUST_LOG", "info,tributary=debug")],
+        )
+        .await
+    }
+
+    /// Like [`Self::start`], with these environment variables set.
+    pub async fn start_with_env(
+        dir: &Path,
+        xds: SocketAddr,
+        admin: SocketAddr,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Tributary {
         let mut cmd = Command::new(tributary_bin());
         cmd.args(args)
             .arg("--xds-addr")
             .arg(xds.to_string())
             .arg("--admin-addr")
             .arg(admin.to_string())
-            .env("RUST_LOG", "info,tributary=debug");
+            .envs(env.iter().copied());
         let proc = Proc::spawn("tributary", &mut cmd, dir);
         let t = Tributary { proc, xds, admin };
-        let ready = async {
-            eventually(Duration::from_secs(20), "tributary /ready", || async {
-                match http_get(t.admin, "localhost", "/ready").await {
-                    Some((200, _)) => Some(()),
-                    _ => None,
-                }
-            })
-            .await
-        };
-        ready.await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !matches!(
+            http_get(t.admin, "localhost", "/ready").await,
+            Some((200, _))
+        ) {
+            if Instant::now() > deadline {
+                panic!(
+                    "tributary not ready after 20s; its log ends:\n{}",
+                    t.proc.tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         t
     }
 
