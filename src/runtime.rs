@@ -3,6 +3,7 @@
 //! Every long-lived task is owned by one `JoinSet` and stops on one cancellation token. Listen
 //! sockets are bound first, so a port in use fails start-up with a message that says which.
 
+mod connections;
 mod registries;
 mod serve;
 

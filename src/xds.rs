@@ -179,14 +179,10 @@ impl XdsServer {
             .add_service(s.rds)
     }
 
-    /// Adds all five services to `router`.
-    pub fn add_to<L>(
-        &self,
-        router: tonic::transport::server::Router<L>,
-    ) -> tonic::transport::server::Router<L> {
+    /// The five services as routes, for a connection loop of one's own.
+    pub fn routes(&self) -> tonic::service::Routes {
         let s = self.services();
-        router
-            .add_service(s.ads)
+        tonic::service::Routes::new(s.ads)
             .add_service(s.cds)
             .add_service(s.eds)
             .add_service(s.lds)

@@ -158,6 +158,28 @@ async fn read_frame(sock: &mut TcpStream) -> Frame {
     }
 }
 
+/// Opens a raw HTTP/2 connection: preface, empty SETTINGS, the server's SETTINGS acknowledged.
+/// Returns the socket and the server's SETTINGS_MAX_CONCURRENT_STREAMS, if it sent one.
+async fn handshake(addr: SocketAddr) -> (TcpStream, Option<u32>) {
+    let mut sock = TcpStream::connect(addr).await.unwrap();
+    sock.set_nodelay(true).unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    sock.write_all(&hello).await.unwrap();
+    loop {
+        let f = read_frame(&mut sock).await;
+        if f.kind == SETTINGS && f.flags & ACK == 0 {
+            let limit = f
+                .payload
+                .chunks(6)
+                .find(|s| u16::from_be_bytes([s[0], s[1]]) == 0x3)
+                .map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
+            sock.write_all(&frame(SETTINGS, ACK, 0, &[])).await.unwrap();
+            return (sock, limit);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_beyond_the_limit_are_refused_and_the_others_go_on() {
     // TRANS-5: a peer that ignores SETTINGS_MAX_CONCURRENT_STREAMS gets RST_STREAM(REFUSED_STREAM)
@@ -168,25 +190,9 @@ async fn streams_beyond_the_limit_are_refused_and_the_others_go_on() {
     })
     .await;
     let addr = running.xds_addr;
-    let mut sock = TcpStream::connect(addr).await.unwrap();
-    sock.set_nodelay(true).unwrap();
-    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    hello.extend(frame(SETTINGS, 0, 0, &[]));
-    sock.write_all(&hello).await.unwrap();
-    // Wait for the server's settings (which carry the limit) before opening streams, as a
-    // conforming client would, then break it on purpose.
-    let mut limit = None;
-    while limit.is_none() {
-        let f = read_frame(&mut sock).await;
-        if f.kind == SETTINGS && f.flags & ACK == 0 {
-            for s in f.payload.chunks(6) {
-                if u16::from_be_bytes([s[0], s[1]]) == 0x3 {
-                    limit = Some(u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
-                }
-            }
-            sock.write_all(&frame(SETTINGS, ACK, 0, &[])).await.unwrap();
-        }
-    }
+    // Take the server's settings (which carry the limit) before opening streams, as a conforming
+    // client would, then break the limit on purpose.
+    let (mut sock, limit) = handshake(addr).await;
     assert_eq!(limit, Some(4), "the configured limit is advertised");
     let authority = addr.to_string();
     let ids = [1u32, 3, 5, 7, 9];
@@ -245,6 +251,64 @@ async fn streams_beyond_the_limit_are_refused_and_the_others_go_on() {
     let (_tx, _stream, first) = tokio::time::timeout(WAIT, fifth).await.unwrap().unwrap();
     assert!(!first.resources.is_empty());
     drop(sock);
+    running.stop().await;
+}
+
+// --- TRANS-9 -----------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aged_connections_get_goaway_at_ages_drawn_per_connection() {
+    // TRANS-9: connections opened together are told to leave (GOAWAY, not a dropped socket) at
+    // different times: each draws its own jitter. The connection still works during the grace.
+    let (age, jitter) = (Duration::from_millis(100), Duration::from_secs(2));
+    let running = start(ConnectionSettings {
+        max_connection_age: Some(age),
+        max_connection_age_jitter: jitter,
+        max_connection_age_grace: Duration::from_secs(10),
+        ..ConnectionSettings::default()
+    })
+    .await;
+    let addr = running.xds_addr;
+    let t0 = Instant::now();
+    let mut waits = Vec::new();
+    for _ in 0..8 {
+        waits.push(tokio::spawn(async move {
+            let (mut sock, _) = handshake(addr).await;
+            let authority = addr.to_string();
+            sock.write_all(&frame(HEADERS, END_HEADERS, 1, &grpc_headers(&authority)))
+                .await
+                .unwrap();
+            loop {
+                let f = read_frame(&mut sock).await;
+                if f.kind == GOAWAY {
+                    let at = t0.elapsed();
+                    let last = u32::from_be_bytes(f.payload[..4].try_into().unwrap()) & 0x7fff_ffff;
+                    assert!(last >= 1, "the open stream may finish: last stream {last}");
+                    sock.write_all(&frame(PING, 0, 0, b"in grace"))
+                        .await
+                        .unwrap();
+                    loop {
+                        let f = read_frame(&mut sock).await;
+                        if f.kind == PING && f.flags & ACK != 0 {
+                            break;
+                        }
+                    }
+                    return at;
+                }
+            }
+        }));
+    }
+    let mut at = Vec::new();
+    for w in waits {
+        at.push(w.await.unwrap());
+    }
+    at.sort_unstable();
+    println!("GOAWAY after {at:?}");
+    assert!(at[0] >= age, "not before the age: {at:?}");
+    assert!(
+        at[7] - at[0] > Duration::from_millis(300),
+        "eight connections opened together leave at different times: {at:?}"
+    );
     running.stop().await;
 }
 

@@ -24,8 +24,8 @@ pub struct ConnectionSettings {
     /// rebalance across replicas after a scale-out (TRANS-9). Unset: never.
     #[serde(with = "opt_duration")]
     pub max_connection_age: Option<Duration>,
-    /// Up to this much is added to `max_connection_age`, drawn once per process, so replicas do not
-    /// recycle their connections in step.
+    /// Up to this much, drawn per connection, is added to `max_connection_age`, so connections
+    /// opened together are not all closed together.
     #[serde(with = "super::duration")]
     pub max_connection_age_jitter: Duration,
     /// After a connection's age is up, how long its streams get to finish.
@@ -51,18 +51,12 @@ impl Default for ConnectionSettings {
 }
 
 impl ConnectionSettings {
-    /// The connection age to configure, with this process's jitter added (TRANS-9).
-    pub fn max_age_with_jitter(&self) -> Option<Duration> {
+    /// The age of a new connection: `max_connection_age` plus a jitter drawn for this connection
+    /// alone, so that proxies that connected together are not recycled together (TRANS-9).
+    pub fn connection_age(&self) -> Option<Duration> {
         let age = self.max_connection_age?;
         let jitter = self.max_connection_age_jitter.as_millis() as u64;
-        if jitter == 0 {
-            return Some(age);
-        }
-        // A different draw per process is all that is needed: hash the start time and pid.
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        Some(age + Duration::from_millis(h.finish() % (jitter + 1)))
+        Some(age + Duration::from_millis(fastrand::u64(0..=jitter)))
     }
 }
 
@@ -118,17 +112,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn age_jitter_stays_in_range() {
+    fn age_jitter_stays_in_range_and_differs_per_connection() {
         // TRANS-9
         let mut c = ConnectionSettings::default();
-        assert_eq!(c.max_age_with_jitter(), None);
+        assert_eq!(c.connection_age(), None);
         c.max_connection_age = Some(Duration::from_secs(60));
-        assert_eq!(c.max_age_with_jitter(), Some(Duration::from_secs(60)));
+        assert_eq!(c.connection_age(), Some(Duration::from_secs(60)));
         c.max_connection_age_jitter = Duration::from_secs(10);
-        for _ in 0..20 {
-            let age = c.max_age_with_jitter().unwrap();
-            assert!(age >= Duration::from_secs(60) && age <= Duration::from_secs(70));
-        }
+        let ages: std::collections::BTreeSet<Duration> =
+            (0..100).map(|_| c.connection_age().unwrap()).collect();
+        assert!(
+            ages.iter()
+                .all(|a| *a >= Duration::from_secs(60) && *a <= Duration::from_secs(70))
+        );
+        assert!(
+            ages.len() > 50,
+            "drawn per connection: {} distinct of 100",
+            ages.len()
+        );
         let parsed: ConnectionSettings = serde_yaml::from_str("max_connection_age: 30m\n").unwrap();
         assert_eq!(parsed.max_connection_age, Some(Duration::from_secs(1800)));
     }

@@ -1,5 +1,5 @@
-//! The xDS transports: the plaintext server (loopback by default) and the mTLS server, both built
-//! from one set of HTTP/2 settings and both serving the same [`XdsServer`].
+//! The xDS transports: the plaintext server (loopback by default) and the mTLS server, both served
+//! by one connection loop with one set of HTTP/2 settings, and both serving the same [`XdsServer`].
 
 use std::net::SocketAddr;
 
@@ -7,13 +7,14 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Server;
-use tracing::{Instrument, error, info_span, warn};
+use tracing::{Instrument, info_span, warn};
 use tributary_registries::mock::MockControl;
 
 use crate::config::{Config, ConnectionSettings};
 use crate::tls::{self, ServerTls};
 use crate::xds::XdsServer;
+
+use super::connections;
 
 /// Bound xDS sockets, before serving.
 pub(super) struct Listeners {
@@ -57,21 +58,6 @@ impl Listeners {
     }
 }
 
-/// A tonic server builder with the HTTP/2 settings of `c` (TRANS-5, TRANS-7, TRANS-9, SEC-11).
-fn builder(c: &ConnectionSettings) -> Server {
-    let mut b = Server::builder()
-        .http2_keepalive_interval(Some(c.keepalive_interval))
-        .http2_keepalive_timeout(Some(c.keepalive_timeout))
-        .max_concurrent_streams(c.max_concurrent_streams)
-        .http2_max_header_list_size(c.max_header_list_size);
-    if let Some(age) = c.max_age_with_jitter() {
-        b = b
-            .max_connection_age(age)
-            .max_connection_age_grace(c.max_connection_age_grace);
-    }
-    b
-}
-
 /// Spawns the servers on `servers`; they stop accepting and send GOAWAY when `stop` is cancelled,
 /// then end when their connections have.
 pub(super) fn spawn(
@@ -82,42 +68,26 @@ pub(super) fn spawn(
     settings: &ConnectionSettings,
     stop: &CancellationToken,
 ) {
-    let control = control.map(MockControl::into_server);
-    let router = xds.add_to(builder(settings).add_optional_service(control));
-    let token = stop.clone();
-    // Pushes are small writes that must leave at once: no Nagle delay (tonic sets TCP_NODELAY
-    // only for listeners it binds itself).
+    let mut routes = xds.routes();
+    if let Some(control) = control {
+        // The mock control API is plaintext-only: never on the network port.
+        routes = routes.add_service(control.into_server());
+    }
+    // Pushes are small writes that must leave at once: no Nagle delay.
     let incoming =
         tonic::transport::server::TcpIncoming::from(listeners.plain).with_nodelay(Some(true));
     servers.spawn(
-        async move {
-            if let Err(e) = router
-                .serve_with_incoming_shutdown(incoming, token.cancelled())
-                .await
-            {
-                error!(error = %e, "xDS server stopped");
-            }
-        }
-        .instrument(info_span!("xds")),
+        connections::serve(incoming, routes, settings.clone(), stop.clone())
+            .instrument(info_span!("xds")),
     );
     if let Some((listener, material)) = listeners.tls {
-        // The mock control API is plaintext-only: not on the network port.
-        let router = xds.router(&mut builder(settings));
-        let token = stop.clone();
         servers.spawn(
             tls::run_reloader(material.clone(), stop.clone()).instrument(info_span!("tls_reload")),
         );
         let incoming = tls::incoming(listener, material, stop.clone());
         servers.spawn(
-            async move {
-                if let Err(e) = router
-                    .serve_with_incoming_shutdown(incoming, token.cancelled())
-                    .await
-                {
-                    error!(error = %e, "mTLS xDS server stopped");
-                }
-            }
-            .instrument(info_span!("xds_tls")),
+            connections::serve(incoming, xds.routes(), settings.clone(), stop.clone())
+                .instrument(info_span!("xds_tls")),
         );
     }
 }

@@ -1,0 +1,128 @@
+//! The HTTP/2 connection loop of both xDS ports, in place of `tonic::transport::Server`'s.
+//!
+//! tonic gives every connection the same maximum age, so proxies that connected together (the
+//! storm after a restart or a scale-out) are all recycled together again, and when a grace period
+//! is set it closes an aged connection at age + grace without ever sending GOAWAY. Here each
+//! connection draws its own age (TRANS-9), is sent GOAWAY when that age is up, and is closed only
+//! if its streams outlive the grace period. Shutdown sends GOAWAY to every connection and waits
+//! for them (TRANS-8). The HTTP/2 limits and keepalive are the same settings tonic would apply
+//! (TRANS-5, TRANS-7, SEC-11).
+
+use std::io;
+use std::pin::pin;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use http::Request;
+use hyper::body::Incoming;
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::service::Routes;
+use tonic::transport::server::Connected;
+use tower::ServiceExt;
+use tracing::debug;
+
+use crate::config::ConnectionSettings;
+
+/// Serves `routes` on every connection `incoming` yields until `stop` is cancelled, then sends
+/// GOAWAY to every connection and returns once they have all closed.
+pub(super) async fn serve<I, IO>(
+    incoming: I,
+    routes: Routes,
+    settings: ConnectionSettings,
+    stop: CancellationToken,
+) where
+    I: Stream<Item = io::Result<IO>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(settings.keepalive_interval))
+        .keep_alive_timeout(settings.keepalive_timeout)
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .max_header_list_size(settings.max_header_list_size);
+    let mut connections = JoinSet::new();
+    {
+        // Dropped when accepting stops, which closes the listening socket at once.
+        let mut incoming = pin!(incoming);
+        loop {
+            let io = tokio::select! {
+                () = stop.cancelled() => break,
+                io = incoming.next() => match io {
+                    Some(Ok(io)) => io,
+                    Some(Err(e)) => {
+                        debug!(error = %e, "xDS accept failed");
+                        continue;
+                    }
+                    None => break,
+                },
+            };
+            let age = settings.connection_age();
+            let grace = settings.max_connection_age_grace;
+            connections.spawn(serve_connection(
+                builder.clone(),
+                io,
+                routes.clone(),
+                age,
+                grace,
+                stop.clone(),
+            ));
+            while connections.try_join_next().is_some() {}
+        }
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// One connection: served until the peer leaves, its age is up (GOAWAY, then at most `grace`
+/// more), or the server stops (GOAWAY, then until its streams end; the drain ended them).
+async fn serve_connection<IO>(
+    builder: http2::Builder<TokioExecutor>,
+    io: IO,
+    routes: Routes,
+    age: Option<Duration>,
+    grace: Duration,
+    stop: CancellationToken,
+) where
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+{
+    // What the services know of their peer (addresses, the TLS identity), as tonic provides it.
+    let info = io.connect_info();
+    let service = routes.map_request(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(info.clone());
+        req.map(tonic::body::Body::new)
+    });
+    let mut conn =
+        pin!(builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)));
+    let aged = async {
+        match age {
+            Some(age) => tokio::time::sleep(age).await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = aged => {
+            debug!("connection reached its maximum age; GOAWAY");
+            conn.as_mut().graceful_shutdown();
+            match tokio::time::timeout(grace, conn.as_mut()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    debug!("streams outlived the connection age grace period; closing");
+                    Ok(())
+                }
+            }
+        }
+        () = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.as_mut().await
+        }
+    };
+    if let Err(e) = result {
+        debug!(error = %e, "xDS connection ended with an error");
+    }
+}
