@@ -108,6 +108,16 @@ pub(crate) struct TypeState {
     warming: BTreeSet<Arc<str>>,
     /// EDS only, wildcard: a CDS response warmed every cluster; owe everything on the next request.
     warm_all: bool,
+    /// What stale requests left out of the subscription: the client may have dropped these, so
+    /// the next fresh request that still names them is a re-subscription (BUG-8, SOTW-19).
+    dropped_while_stale: Dropped,
+}
+
+/// Subscribed names (and the wildcard) that a stale request did not name.
+#[derive(Debug, Default)]
+struct Dropped {
+    wildcard: bool,
+    names: BTreeSet<Arc<str>>,
 }
 
 /// `s`, cut to at most `max` bytes (at a character boundary) and marked as cut.
@@ -136,6 +146,7 @@ impl TypeState {
             pending: Pending::default(),
             warming: BTreeSet::new(),
             warm_all: false,
+            dropped_while_stale: Dropped::default(),
         }
     }
 
@@ -193,7 +204,9 @@ impl TypeState {
         let initial = !self.requested;
         let matches_sent = self.sent.as_ref().is_some_and(|s| *s.nonce == *nonce);
         if !initial && !nonce.is_empty() && self.sent.is_some() && !matches_sent {
-            // SOTW-9: stale. Nothing changes; the next fresh request re-evaluates names (G-4).
+            // SOTW-9: stale. Nothing changes, but what it left out is remembered: the next fresh
+            // request re-evaluates those names (G-4).
+            self.note_stale(names);
             return Kind::Stale;
         }
         let kind = if let Some(message) = error {
@@ -226,6 +239,7 @@ impl TypeState {
             self.pending.respond = true;
         } else {
             self.owe(&change);
+            self.owe_resubscribed();
         }
         if std::mem::take(&mut self.warm_all) {
             self.pending.all = true;
@@ -259,6 +273,30 @@ impl TypeState {
         }
         for name in &change.removed {
             self.pending.names.remove(name);
+        }
+    }
+
+    /// Records what a stale request left out of the current subscription. A client that dropped a
+    /// name in a request crossing our responses, then asked for it again in another, has thrown it
+    /// away and needs it resent, while the server, ignoring both, saw no change (BUG-8).
+    fn note_stale(&mut self, requested: &[String]) {
+        let (wildcard, names) = self.sub.left_out_by_sotw(self.ty, requested);
+        self.dropped_while_stale.wildcard |= wildcard;
+        self.dropped_while_stale.names.extend(names);
+    }
+
+    /// After a fresh request: owes what stale requests had dropped and this one names again.
+    fn owe_resubscribed(&mut self) {
+        let dropped = std::mem::take(&mut self.dropped_while_stale);
+        if dropped.wildcard && self.sub.wildcard {
+            self.pending.all = true;
+            self.pending.respond = true;
+        }
+        for name in dropped.names {
+            if self.sub.names.contains(&name) {
+                self.pending.names.insert(name);
+                self.pending.respond = true;
+            }
         }
     }
 

@@ -109,6 +109,31 @@ impl Subscription {
         change
     }
 
+    /// What of this subscription a SotW request naming `requested` leaves out, without applying
+    /// it: whether it drops the wildcard, and which names. Read the way [`Self::apply_sotw`] reads
+    /// a list.
+    pub fn left_out_by_sotw(
+        &self,
+        ty: ResourceType,
+        requested: &[String],
+    ) -> (bool, Vec<Arc<str>>) {
+        if requested.is_empty() {
+            if ty.legacy_wildcard() && !self.explicit_seen {
+                // The legacy wildcard again: nothing left out.
+                return (false, Vec::new());
+            }
+            return (self.wildcard, self.names.iter().cloned().collect());
+        }
+        let named: std::collections::HashSet<&str> = requested.iter().map(String::as_str).collect();
+        let left_out = self
+            .names
+            .iter()
+            .filter(|n| !named.contains(&***n))
+            .cloned()
+            .collect();
+        (self.wildcard && !named.contains(WILDCARD), left_out)
+    }
+
     /// Whether `requested` (a non-empty SotW list, possibly with repeats) names exactly this
     /// subscription.
     fn is_exactly(&self, requested: &[String]) -> bool {

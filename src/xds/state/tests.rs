@@ -173,3 +173,43 @@ fn per_type_state_is_small() {
     eprintln!("TypeState: {size} bytes");
     assert!(size < 512, "TypeState grew to {size} bytes");
 }
+
+#[test]
+fn a_name_dropped_and_readded_in_stale_requests_is_resent() {
+    // BUG-8 / SOTW-19 across the stale-nonce race (G-4): both subscription changes cross a
+    // response and are ignored, so the server's subscription never changed; but the client threw
+    // `b` away in between and needs it again.
+    let mut b = SnapshotBuilder::new();
+    let s1 = snap(&mut b, vec![cla("a", 1), cla("b", 1)]);
+    let cache = FullSetCache::default();
+    let mut st = TypeState::new(ResourceType::Endpoint);
+    st.on_request("", "", &names(&["a", "b"]), None);
+    send(&mut st, &s1, &cache, "n1").expect("initial response");
+    let s2 = snap(&mut b, vec![cla("a", 2)]);
+    let pushed = send(&mut st, &s2, &cache, "n2").expect("a's change");
+    assert_eq!(pushed.names.len(), 1);
+    assert_eq!(st.on_request("n1", "", &names(&["a"]), None), Kind::Stale);
+    assert_eq!(
+        st.on_request("n1", "", &names(&["a", "b"]), None),
+        Kind::Stale
+    );
+    assert_eq!(st.status().names.len(), 2, "stale requests change nothing");
+    assert_eq!(
+        st.on_request("n2", "", &names(&["a", "b"]), None),
+        Kind::Ack
+    );
+    assert!(st.has_work(s2.seq), "b is owed again");
+    let resent = send(&mut st, &s2, &cache, "n3").expect("b resent");
+    assert_eq!(resent.names, vec![Arc::<str>::from("b")]);
+
+    // A stale request that keeps every name owes nothing afterwards.
+    assert_eq!(
+        st.on_request("n2", "", &names(&["b", "a"]), None),
+        Kind::Stale
+    );
+    assert_eq!(
+        st.on_request("n3", "", &names(&["a", "b"]), None),
+        Kind::Ack
+    );
+    assert!(!st.has_work(s2.seq));
+}
