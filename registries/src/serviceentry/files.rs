@@ -205,8 +205,8 @@ fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 /// What one manifest file defines, read exactly as the directory source reads each of its files
-/// ([`parse_file`]: split, parse, validate, REG-11) and converted exactly as the worker converts
-/// what it holds ([`catalog::build`], here with no other file and no pods). `Err` says why the file
+/// (`parse_file`: split, parse, validate, REG-11) and converted exactly as the worker converts
+/// what it holds (`catalog::build`, here with no other file and no pods). `Err` says why the file
 /// cannot be read at all (line and message). For tools that check a manifest, and the fuzz targets
 /// (SEC-12), which feed it untrusted text.
 pub fn read_manifest(
