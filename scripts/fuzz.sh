@@ -8,8 +8,9 @@
 # the repository; inputs worth keeping are added to fuzz/corpus/ by hand (then `cargo test --test
 # fuzz_replay` replays them on every test run too).
 #
-# Measured from a clean clone on 2 busy cores (cargo-fuzz already installed): 17.5 min, of which the
-# cold build of all targets is 15.3 min and the six 20 s runs 2 min; a warm rebuild takes seconds.
+# Measured from a clean clone on 2 busy cores: installing cargo-fuzz ~1 min (when missing), then
+# 17.5 min, of which the cold build of all targets is 15.3 min and the six 20 s runs 2 min; a warm
+# rebuild takes seconds.
 #
 #   ./scripts/fuzz.sh                               # every target, 20 s each (scripts/test.sh runs this)
 #   FUZZ_SECONDS=300 ./scripts/fuzz.sh xds_delta    # one target, longer
