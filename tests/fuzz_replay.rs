@@ -1,6 +1,7 @@
 //! The cargo-fuzz targets (`fuzz/`, SEC-12) on stable: every seed in `fuzz/corpus/<target>/`
 //! (plus any crash files cargo-fuzz left there), built-in seeds, and random and mutated inputs
-//! through the same target bodies. Fuzzing proper needs nightly: `cargo +nightly fuzz run <target>`.
+//! through the same target bodies. Fuzzing proper (coverage-guided, on stable):
+//! `scripts/fuzz.sh`, which `scripts/test.sh` runs after the tests.
 
 #![allow(clippy::unwrap_used)]
 
@@ -96,6 +97,15 @@ fn parser_targets_survive_seeds_and_mutations() {
     let config = corpus("config_yaml");
     assert!(!config.is_empty(), "fuzz/corpus/config_yaml has seeds");
     replay(targets::config_yaml, &config);
+    let service_entries = corpus("serviceentry_yaml");
+    assert!(
+        !service_entries.is_empty(),
+        "fuzz/corpus/serviceentry_yaml has seeds"
+    );
+    replay(targets::serviceentry_yaml, &service_entries);
+    let consul = corpus("consul_json");
+    assert!(!consul.is_empty(), "fuzz/corpus/consul_json has seeds");
+    replay(targets::consul_json, &consul);
 }
 
 proptest! {
@@ -108,5 +118,7 @@ proptest! {
         targets::xds_delta(&data);
         targets::mock_file(&data);
         targets::config_yaml(&data);
+        targets::serviceentry_yaml(&data);
+        targets::consul_json(&data);
     }
 }

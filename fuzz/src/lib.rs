@@ -9,7 +9,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disc
 use prost::Message;
 use tributary::envoy::ResourceType;
 use tributary::xds::{NodeInfo, Subscription};
+use tributary_registries::consul::{self, ConsulConfig, Mapping};
 use tributary_registries::mock::MockFile;
+use tributary_registries::serviceentry::{self, ServiceEntryConfig};
 use tributary_registries::{ClusterId, Origin, RegistryId};
 
 /// A SotW request: decode, check the node, apply the subscription (twice, as a first request and
@@ -68,4 +70,50 @@ pub fn config_yaml(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = tributary::config::Config::from_yaml(text);
     }
+}
+
+/// A ServiceEntry manifest file (multi-document YAML of ServiceEntry / WorkloadEntry objects):
+/// split, parse, validate (REG-11) and convert, as the registry's directory source reads a file.
+pub fn serviceentry_yaml(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let config = ServiceEntryConfig::default();
+    let _ = serviceentry::read_manifest(&config, std::path::Path::new("fuzz.yaml"), text);
+}
+
+/// A Consul answer, decoded and converted as the Consul registry does. The first byte picks the
+/// endpoint: even is `/v1/catalog/services` (every name through the hostname template), odd is
+/// `/v1/health/service/<name>` (converted once as a new service and once more with that result as
+/// what was served before, the sticky-port path).
+pub fn consul_json(data: &[u8]) {
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
+    let config = ConsulConfig::default();
+    if selector % 2 == 0 {
+        if let Ok(list) = consul::parse_service_list(body) {
+            for name in list.keys() {
+                let _ = config.hostname(name);
+            }
+        }
+        return;
+    }
+    let Ok(entries) = consul::parse_health(body) else {
+        return;
+    };
+    let name = entries
+        .first()
+        .map_or("fuzz", |e| e.service.service.as_str());
+    let Ok(hostname) = config.hostname(name).or_else(|_| config.hostname("fuzz")) else {
+        return;
+    };
+    let mapping = Mapping::new(&config);
+    let first = mapping.convert(&hostname, &entries, None);
+    let _ = mapping.convert(&hostname, &entries, first.state.as_ref());
+    let _ = mapping.convert(
+        &hostname,
+        &entries[entries.len() / 2..],
+        first.state.as_ref(),
+    );
 }

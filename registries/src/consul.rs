@@ -31,6 +31,8 @@
 //!
 //! The mapping onto the model is in module `convert` and the README. `fake` (tests and the
 //! `test-util` feature) is an in-process Consul speaking the real wire format.
+//! The body parsers ([`parse_service_list`], [`parse_health`]) and the [`Mapping`] are public so the
+//! fuzz targets (SEC-12) drive exactly what the client and the worker run on Consul's answers.
 
 mod blocking;
 mod client;
@@ -58,7 +60,8 @@ pub use config::{
     BackoffConfig, ConfigError, ConsulConfig, DEFAULT_ADDRESS, DEFAULT_HOSTNAME_TEMPLATE, MAX_WAIT,
     TlsConfig, WarningPolicy,
 };
-pub use convert::TAGS_LABEL;
+pub use convert::{Conversion, Mapping, TAGS_LABEL};
+pub use wire::{HealthEntry, ServiceList, parse_health, parse_service_list};
 
 /// A Consul registry instance. Create it with [`ConsulRegistry::new`], start it with
 /// [`Registry::run`].

@@ -7,7 +7,8 @@
 //! - `types`: the objects as written; `parse`: manifest text (or a CRD's JSON) → checked objects,
 //!   every problem with its field (and line, for files); `checks` + `validate`: Istio's
 //!   validation (REG-11) plus what tributary cannot serve.
-//! - `store`: an object per source with its last valid version; `files`: the directory source;
+//! - `store`: an object per source with its last valid version; `files`: the directory source
+//!   ([`read_manifest`]: one file read and converted the same way, for tools and fuzzing);
 //!   `cluster`: the CRD source (kube-runtime watchers, plus Pods for selectors).
 //! - `convert`: one entry + the workloads it selects → one service per host; `catalog`: every
 //!   object → the services served and the objects rejected.
@@ -54,7 +55,9 @@ use tracing::Instrument;
 use crate::model::RegistryId;
 use crate::registry::{Registry, RegistryError, RegistrySink};
 
+pub use catalog::Catalog;
 pub use config::{ConfigError, CrdSourceConfig, ServiceEntryConfig};
+pub use files::read_manifest;
 pub use files::watch::WatchError;
 pub use types::{API_VERSIONS, GROUP};
 pub use worker::{FILE_DEBOUNCE, FILE_DEBOUNCE_MAX};

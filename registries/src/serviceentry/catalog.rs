@@ -25,10 +25,11 @@ use crate::registry::Rejection;
 
 /// What the registry serves, and what it rejects.
 #[derive(Debug, Default, PartialEq)]
-pub(crate) struct Catalog {
-    pub(crate) services: BTreeMap<Hostname, ServiceState>,
+pub struct Catalog {
+    /// One service per hostname.
+    pub services: BTreeMap<Hostname, ServiceState>,
     /// Sorted.
-    pub(crate) rejections: Vec<Rejection>,
+    pub rejections: Vec<Rejection>,
 }
 
 /// Pods (or other workloads known only by namespace and name) a selector may pick.

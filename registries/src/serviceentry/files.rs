@@ -15,6 +15,9 @@ pub(crate) mod watch;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::ServiceEntryConfig;
+use super::catalog::{self, Catalog, Pods};
+use super::convert::Context;
 use super::parse::{Document, Unreadable, parse_document, split_documents};
 use super::store::{Entry, Place};
 use crate::registry::Rejection;
@@ -199,6 +202,28 @@ fn list(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// What one manifest file defines, read exactly as the directory source reads each of its files
+/// (`parse_file`: split, parse, validate, REG-11) and converted exactly as the worker converts
+/// what it holds (`catalog::build`, here with no other file and no pods). `Err` says why the file
+/// cannot be read at all (line and message). For tools that check a manifest, and the fuzz targets
+/// (SEC-12), which feed it untrusted text.
+pub fn read_manifest(
+    config: &ServiceEntryConfig,
+    path: &Path,
+    text: &str,
+) -> Result<Catalog, String> {
+    let entries =
+        parse_file(path, text, &config.default_namespace, &[]).map_err(|u| match u.line {
+            Some(line) => format!("{}:{line}: {}", path.display(), u.message),
+            None => format!("{}: {}", path.display(), u.message),
+        })?;
+    let ctx = Context {
+        origin: config.origin(),
+        trust_domain: config.trust_domain.clone(),
+    };
+    Ok(catalog::build(&entries, &Pods::default(), &ctx))
 }
 
 /// Parses every document of a file; the first unreadable document makes the whole file
