@@ -9,6 +9,7 @@ use std::sync::Arc;
 use imbl::OrdSet;
 
 use crate::envoy::ResourceType;
+use crate::snapshot::TypeResources;
 
 /// The explicit wildcard name (SOTW-21).
 pub const WILDCARD: &str = "*";
@@ -63,6 +64,18 @@ impl Subscription {
     ///   (LDS, CDS) and only while the client has never sent a non-empty list;
     /// - otherwise an empty list unsubscribes from everything.
     pub fn apply_sotw(&mut self, ty: ResourceType, requested: &[String]) -> Change {
+        self.apply_sotw_known(ty, requested, None)
+    }
+
+    /// [`Self::apply_sotw`], taking each newly subscribed name's `Arc` from `known` (the newest
+    /// snapshot's resources of the type) when it names an existing resource, so the stream holds
+    /// no copy of its own (see [`intern`]).
+    pub fn apply_sotw_known(
+        &mut self,
+        ty: ResourceType,
+        requested: &[String],
+        known: Option<&TypeResources>,
+    ) -> Change {
         if self.explicit_seen && !requested.is_empty() && self.is_exactly(requested) {
             // Envoy repeats every EDS name in every ACK: recognise the unchanged list with lookups
             // instead of building a new set of thousands of names per ACK.
@@ -83,7 +96,7 @@ impl Subscription {
                         .names
                         .get(n.as_str())
                         .cloned()
-                        .unwrap_or_else(|| Arc::from(n.as_str()));
+                        .unwrap_or_else(|| intern(n, known));
                     names.insert(name);
                 }
             }
@@ -141,6 +154,19 @@ impl Subscription {
         subscribe: &[String],
         unsubscribe: &[String],
     ) -> Change {
+        self.apply_delta_known(ty, first, subscribe, unsubscribe, None)
+    }
+
+    /// [`Self::apply_delta`], taking newly subscribed names from `known` when it has them, as
+    /// [`Self::apply_sotw_known`] does.
+    pub fn apply_delta_known(
+        &mut self,
+        ty: ResourceType,
+        first: bool,
+        subscribe: &[String],
+        unsubscribe: &[String],
+        known: Option<&TypeResources>,
+    ) -> Change {
         let mut change = Change::default();
         let was_wildcard = self.wildcard;
         if first && subscribe.is_empty() && unsubscribe.is_empty() && ty.legacy_wildcard() {
@@ -150,7 +176,7 @@ impl Subscription {
             if n == WILDCARD {
                 self.wildcard = true;
             } else if !self.names.contains(n.as_str()) {
-                let name: Arc<str> = Arc::from(n.as_str());
+                let name = intern(n, known);
                 self.names.insert(Arc::clone(&name));
                 change.added.push(name);
             }
@@ -171,6 +197,16 @@ impl Subscription {
         change.wildcard_off = !self.wildcard && was_wildcard;
         change
     }
+}
+
+/// `name` as a shared `Arc<str>`: the snapshot's own key when `known` has the resource, else a
+/// new one. A proxy subscribes to the EDS name of every cluster it received, so thousands of
+/// streams hold the same thousands of names; sharing the snapshot's keys makes each stream's
+/// subscription cost its set's nodes, not a copy of every name.
+fn intern(name: &str, known: Option<&TypeResources>) -> Arc<str> {
+    known
+        .and_then(|r| r.entries.get_key_value(name))
+        .map_or_else(|| Arc::from(name), |(k, _)| Arc::clone(k))
 }
 
 #[cfg(test)]
