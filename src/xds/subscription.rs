@@ -25,6 +25,10 @@ pub struct Subscription {
     /// Whether the client ever sent a non-empty name list on this stream: from then on an empty
     /// list means "nothing", never the legacy wildcard (SOTW-21 step 4).
     explicit_seen: bool,
+    /// SotW: length and 128-bit hash of the last name list applied, so a request repeating it
+    /// byte for byte (every EDS ACK of a proxy whose clusters did not change) is recognised by
+    /// hashing its names once instead of looking each one up.
+    last_list: Option<(usize, u128)>,
 }
 
 /// How one request changed a [`Subscription`].
@@ -76,11 +80,17 @@ impl Subscription {
         requested: &[String],
         known: Option<&TypeResources>,
     ) -> Change {
-        if self.explicit_seen && !requested.is_empty() && self.is_exactly(requested) {
-            // Envoy repeats every EDS name in every ACK: recognise the unchanged list with lookups
-            // instead of building a new set of thousands of names per ACK.
+        let list = (requested.len(), list_hash(requested));
+        if self.explicit_seen
+            && !requested.is_empty()
+            && (self.last_list == Some(list) || self.is_exactly(requested))
+        {
+            // Envoy repeats every EDS name in every ACK: recognise the unchanged list by its hash
+            // or with lookups instead of building a new set of thousands of names per ACK.
+            self.last_list = Some(list);
             return Change::default();
         }
+        self.last_list = Some(list);
         let (wildcard, names) = if requested.is_empty() {
             (ty.legacy_wildcard() && !self.explicit_seen, OrdSet::new())
         } else {
@@ -167,6 +177,7 @@ impl Subscription {
         unsubscribe: &[String],
         known: Option<&TypeResources>,
     ) -> Change {
+        self.last_list = None;
         let mut change = Change::default();
         let was_wildcard = self.wildcard;
         if first && subscribe.is_empty() && unsubscribe.is_empty() && ty.legacy_wildcard() {
@@ -197,6 +208,17 @@ impl Subscription {
         change.wildcard_off = !self.wildcard && was_wildcard;
         change
     }
+}
+
+/// An order-sensitive hash of a SotW name list; each name is length-prefixed, so no two lists
+/// share an encoding.
+fn list_hash(names: &[String]) -> u128 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for n in names {
+        h.update(&(n.len() as u64).to_le_bytes());
+        h.update(n.as_bytes());
+    }
+    h.digest128()
 }
 
 /// `name` as a shared `Arc<str>`: the snapshot's own key when `known` has the resource, else a
@@ -325,6 +347,19 @@ mod tests {
         assert_eq!(names(&s), ["a", "c"]);
         let c = s.apply_sotw(ty, &req(&["a", "c", "*"]));
         assert!(c.wildcard_on);
+    }
+
+    #[test]
+    fn a_repeated_list_is_recognised_and_a_changed_one_is_not() {
+        let ty = ResourceType::Endpoint;
+        let mut s = Subscription::default();
+        s.apply_sotw(ty, &req(&["a", "b"]));
+        assert!(!s.apply_sotw(ty, &req(&["a", "b"])).any());
+        // Same names joined differently: a different list.
+        let c = s.apply_sotw(ty, &req(&["ab"]));
+        assert_eq!(c.added, vec![Arc::<str>::from("ab")]);
+        assert_eq!(names(&s), ["ab"]);
+        assert!(!s.apply_sotw(ty, &req(&["ab"])).any());
     }
 
     #[test]
