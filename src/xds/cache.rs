@@ -6,6 +6,11 @@
 //! once per version and shared: such a response is then two chunks, a per-stream header and this
 //! one shared `Bytes`, which is the `raw` floor of `shared/reference/floor.md` (no per-stream list
 //! of per-resource handles while a large response is in flight).
+//!
+//! Delta responses that carry every resource of the type (a wildcard CDS stream's first response,
+//! the EDS answer to a proxy subscribing to every cluster it received) share their entries the
+//! same way. Otherwise such a response is two chunks per resource, and h2 queues each chunk as a
+//! frame of its own: thousands per stream in a reconnect storm, each with its bookkeeping.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -21,7 +26,14 @@ use crate::snapshot::{TypeResources, TypeVersion};
 /// address. Each entry is one full type (up to a few MiB), so keep this small.
 const FULL_SET_CACHE_LEN: usize = 8;
 
-type Key = (ResourceType, Option<IpAddr>, TypeVersion);
+/// Which wire form of the entries: SotW `resources` entries or delta `Resource` entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Sotw,
+    Delta,
+}
+
+type Key = (ResourceType, Option<IpAddr>, TypeVersion, Form);
 
 /// Recently built full sets, newest last.
 #[derive(Default)]
@@ -35,23 +47,44 @@ impl FullSetCache {
         self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The concatenated `resources` entries of `res` (type `ty`, as seen with `bind`).
+    /// The concatenated SotW `resources` entries of `res` (type `ty`, as seen with `bind`).
     pub(crate) fn get(&self, ty: ResourceType, bind: Option<IpAddr>, res: &TypeResources) -> Bytes {
-        let key = (ty, bind, res.version);
+        self.get_or_build((ty, bind, res.version, Form::Sotw), res)
+    }
+
+    /// The concatenated delta `resources` entries ([`crate::envoy::EncodedResource::delta_entry`])
+    /// of `res`, in name order.
+    pub(crate) fn get_delta(
+        &self,
+        ty: ResourceType,
+        bind: Option<IpAddr>,
+        res: &TypeResources,
+    ) -> Bytes {
+        self.get_or_build((ty, bind, res.version, Form::Delta), res)
+    }
+
+    fn get_or_build(&self, key: Key, res: &TypeResources) -> Bytes {
         if let Some((_, bytes)) = self.lock().iter().find(|(k, _)| *k == key) {
             return bytes.clone();
         }
         // Two streams may build the same set at once; both results are identical and one wins.
-        let len = res
-            .entries
-            .values()
-            .map(|e| e.resource.sotw_entry().len())
-            .sum();
-        let mut buf = BytesMut::with_capacity(len);
-        for e in res.entries.values() {
-            buf.put_slice(e.resource.sotw_entry());
-        }
-        let bytes = buf.freeze();
+        let resources = || res.entries.values().map(|e| &e.resource);
+        let bytes = match key.3 {
+            Form::Sotw => {
+                let len = resources().map(|r| r.sotw_entry().len()).sum();
+                let mut buf = BytesMut::with_capacity(len);
+                resources().for_each(|r| buf.put_slice(r.sotw_entry()));
+                buf.freeze()
+            }
+            Form::Delta => {
+                let len = resources().map(|r| r.delta_entry_len()).sum();
+                let mut buf = BytesMut::with_capacity(len);
+                for r in resources() {
+                    r.delta_entry().iter().for_each(|c| buf.put_slice(c));
+                }
+                buf.freeze()
+            }
+        };
         let mut recent = self.lock();
         if !recent.iter().any(|(k, _)| *k == key) {
             recent.push_back((key, bytes.clone()));
@@ -60,5 +93,50 @@ impl FullSetCache {
             }
         }
         bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+
+    use super::*;
+    use crate::envoy::EncodedResource;
+    use crate::snapshot::{BuildInput, SnapshotBuilder};
+
+    fn cluster(name: &str) -> EncodedResource {
+        let c = Cluster {
+            name: name.into(),
+            ..Default::default()
+        };
+        EncodedResource::encode(ResourceType::Cluster, name, &c)
+    }
+
+    #[test]
+    fn full_sets_are_the_entries_in_name_order_built_once_per_form() {
+        let snap = SnapshotBuilder::new()
+            .build(BuildInput {
+                upserts: vec![cluster("b"), cluster("a")],
+                ..Default::default()
+            })
+            .expect("a change");
+        let res = snap.resources_for(ResourceType::Cluster, None);
+        let cache = FullSetCache::default();
+        let delta = cache.get_delta(ResourceType::Cluster, None, &res);
+        let sotw = cache.get(ResourceType::Cluster, None, &res);
+        let (mut want_delta, mut want_sotw) = (Vec::new(), Vec::new());
+        for e in res.entries.values() {
+            e.resource
+                .delta_entry()
+                .iter()
+                .for_each(|c| want_delta.extend_from_slice(c));
+            want_sotw.extend_from_slice(e.resource.sotw_entry());
+        }
+        assert_eq!(&delta[..], &want_delta[..]);
+        assert_eq!(&sotw[..], &want_sotw[..]);
+        let again = cache.get_delta(ResourceType::Cluster, None, &Arc::clone(&res));
+        assert_eq!(again.as_ptr(), delta.as_ptr(), "built once, then shared");
     }
 }

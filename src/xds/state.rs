@@ -20,7 +20,7 @@ use super::connections::TypeStatus;
 use super::response::empty_cla;
 use super::subscription::{Change, Subscription};
 use crate::envoy::ResourceType;
-use crate::snapshot::{Snapshot, TypeVersion};
+use crate::snapshot::{Snapshot, TypeResources, TypeVersion};
 
 /// Longest NACK message kept per type. Envoy's messages name the resource and the field at fault
 /// and fit easily; a client sending megabytes of error text must not grow server memory.
@@ -194,12 +194,26 @@ impl TypeState {
     }
 
     /// Applies one request. `error` is `error_detail.message` when present.
+    #[cfg(test)]
     pub(crate) fn on_request(
         &mut self,
         nonce: &str,
         version_info: &str,
         names: &[String],
         error: Option<&str>,
+    ) -> Kind {
+        self.on_request_known(nonce, version_info, names, error, None)
+    }
+
+    /// Applies one request; newly subscribed names share `known`'s keys (the newest snapshot's
+    /// resources of the type) where they exist.
+    pub(crate) fn on_request_known(
+        &mut self,
+        nonce: &str,
+        version_info: &str,
+        names: &[String],
+        error: Option<&str>,
+        known: Option<&TypeResources>,
     ) -> Kind {
         let initial = !self.requested;
         let matches_sent = self.sent.as_ref().is_some_and(|s| *s.nonce == *nonce);
@@ -226,7 +240,7 @@ impl TypeState {
             Kind::Update
         };
         self.requested = true;
-        let change = self.sub.apply_sotw(self.ty, names);
+        let change = self.sub.apply_sotw_known(self.ty, names, known);
         if self.sub.is_empty() {
             // SOTW-20/35: nothing owed any more.
             self.pending = Pending::default();
@@ -458,6 +472,14 @@ impl TypeState {
         }
         if built.entries.is_empty() && !pending.respond {
             return None;
+        }
+        if !res.is_empty()
+            && built.names.len() == res.len()
+            && built.names.iter().all(|n| res.get(n).is_some())
+        {
+            // Every resource of the type (a proxy's first EDS answer for all its clusters): the
+            // same bytes for every such stream, shared whole in name order (see `cache.rs`).
+            built.entries = vec![full_sets.get(self.ty, bind, &res)];
         }
         Some(built)
     }

@@ -308,6 +308,7 @@ impl driver::Protocol for Stream {
             req.resource_names.iter().map(String::as_str),
         )?;
         let error = req.error_detail.as_ref().map(|e| e.message.as_str());
+        let known = self.params.store.load();
         let state = &mut self.types[ty.index()];
         if state.acks_before_staged(&req.response_nonce)
             && let Some(framed) = self.writer.recall(ty)
@@ -317,11 +318,12 @@ impl driver::Protocol for Stream {
             // and nothing goes out for names or types the client just dropped (SOTW-35).
             state.recalled(framed.names);
         }
-        let kind = state.on_request(
+        let kind = state.on_request_known(
             &req.response_nonce,
             &req.version_info,
             &req.resource_names,
             error,
+            known.as_deref().map(|s| s.resources(ty)),
         );
         match kind {
             Kind::Stale => metrics::expired_nonce(ty),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use imbl::OrdSet;
 
 use crate::envoy::ResourceType;
+use crate::snapshot::TypeResources;
 
 /// The explicit wildcard name (SOTW-21).
 pub const WILDCARD: &str = "*";
@@ -24,6 +25,10 @@ pub struct Subscription {
     /// Whether the client ever sent a non-empty name list on this stream: from then on an empty
     /// list means "nothing", never the legacy wildcard (SOTW-21 step 4).
     explicit_seen: bool,
+    /// SotW: length and 128-bit hash of the last name list applied, so a request repeating it
+    /// byte for byte (every EDS ACK of a proxy whose clusters did not change) is recognised by
+    /// hashing its names once instead of looking each one up.
+    last_list: Option<(usize, u128)>,
 }
 
 /// How one request changed a [`Subscription`].
@@ -63,11 +68,29 @@ impl Subscription {
     ///   (LDS, CDS) and only while the client has never sent a non-empty list;
     /// - otherwise an empty list unsubscribes from everything.
     pub fn apply_sotw(&mut self, ty: ResourceType, requested: &[String]) -> Change {
-        if self.explicit_seen && !requested.is_empty() && self.is_exactly(requested) {
-            // Envoy repeats every EDS name in every ACK: recognise the unchanged list with lookups
-            // instead of building a new set of thousands of names per ACK.
+        self.apply_sotw_known(ty, requested, None)
+    }
+
+    /// [`Self::apply_sotw`], taking each newly subscribed name's `Arc` from `known` (the newest
+    /// snapshot's resources of the type) when it names an existing resource, so the stream holds
+    /// no copy of its own (see [`intern`]).
+    pub fn apply_sotw_known(
+        &mut self,
+        ty: ResourceType,
+        requested: &[String],
+        known: Option<&TypeResources>,
+    ) -> Change {
+        let list = (requested.len(), list_hash(requested));
+        if self.explicit_seen
+            && !requested.is_empty()
+            && (self.last_list == Some(list) || self.is_exactly(requested))
+        {
+            // Envoy repeats every EDS name in every ACK: recognise the unchanged list by its hash
+            // or with lookups instead of building a new set of thousands of names per ACK.
+            self.last_list = Some(list);
             return Change::default();
         }
+        self.last_list = Some(list);
         let (wildcard, names) = if requested.is_empty() {
             (ty.legacy_wildcard() && !self.explicit_seen, OrdSet::new())
         } else {
@@ -83,7 +106,7 @@ impl Subscription {
                         .names
                         .get(n.as_str())
                         .cloned()
-                        .unwrap_or_else(|| Arc::from(n.as_str()));
+                        .unwrap_or_else(|| intern(n, known));
                     names.insert(name);
                 }
             }
@@ -123,6 +146,10 @@ impl Subscription {
                 return (false, Vec::new());
             }
             return (self.wildcard, self.names.iter().cloned().collect());
+        }
+        if self.last_list == Some((requested.len(), list_hash(requested))) {
+            // The list last applied, again (a stale ACK, typically): nothing left out.
+            return (false, Vec::new());
         }
         let named: std::collections::HashSet<&str> = requested.iter().map(String::as_str).collect();
         let left_out = self
@@ -166,6 +193,20 @@ impl Subscription {
         subscribe: &[String],
         unsubscribe: &[String],
     ) -> Change {
+        self.apply_delta_known(ty, first, subscribe, unsubscribe, None)
+    }
+
+    /// [`Self::apply_delta`], taking newly subscribed names from `known` when it has them, as
+    /// [`Self::apply_sotw_known`] does.
+    pub fn apply_delta_known(
+        &mut self,
+        ty: ResourceType,
+        first: bool,
+        subscribe: &[String],
+        unsubscribe: &[String],
+        known: Option<&TypeResources>,
+    ) -> Change {
+        self.last_list = None;
         let mut change = Change::default();
         let was_wildcard = self.wildcard;
         if first && subscribe.is_empty() && unsubscribe.is_empty() && ty.legacy_wildcard() {
@@ -175,7 +216,7 @@ impl Subscription {
             if n == WILDCARD {
                 self.wildcard = true;
             } else if !self.names.contains(n.as_str()) {
-                let name: Arc<str> = Arc::from(n.as_str());
+                let name = intern(n, known);
                 self.names.insert(Arc::clone(&name));
                 change.added.push(name);
             }
@@ -196,6 +237,27 @@ impl Subscription {
         change.wildcard_off = !self.wildcard && was_wildcard;
         change
     }
+}
+
+/// An order-sensitive hash of a SotW name list; each name is length-prefixed, so no two lists
+/// share an encoding.
+fn list_hash(names: &[String]) -> u128 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for n in names {
+        h.update(&(n.len() as u64).to_le_bytes());
+        h.update(n.as_bytes());
+    }
+    h.digest128()
+}
+
+/// `name` as a shared `Arc<str>`: the snapshot's own key when `known` has the resource, else a
+/// new one. A proxy subscribes to the EDS name of every cluster it received, so thousands of
+/// streams hold the same thousands of names; sharing the snapshot's keys makes each stream's
+/// subscription cost its set's nodes, not a copy of every name.
+fn intern(name: &str, known: Option<&TypeResources>) -> Arc<str> {
+    known
+        .and_then(|r| r.entries.get_key_value(name))
+        .map_or_else(|| Arc::from(name), |(k, _)| Arc::clone(k))
 }
 
 #[cfg(test)]
@@ -314,6 +376,19 @@ mod tests {
         assert_eq!(names(&s), ["a", "c"]);
         let c = s.apply_sotw(ty, &req(&["a", "c", "*"]));
         assert!(c.wildcard_on);
+    }
+
+    #[test]
+    fn a_repeated_list_is_recognised_and_a_changed_one_is_not() {
+        let ty = ResourceType::Endpoint;
+        let mut s = Subscription::default();
+        s.apply_sotw(ty, &req(&["a", "b"]));
+        assert!(!s.apply_sotw(ty, &req(&["a", "b"])).any());
+        // Same names joined differently: a different list.
+        let c = s.apply_sotw(ty, &req(&["ab"]));
+        assert_eq!(c.added, vec![Arc::<str>::from("ab")]);
+        assert_eq!(names(&s), ["ab"]);
+        assert!(!s.apply_sotw(ty, &req(&["ab"])).any());
     }
 
     #[test]

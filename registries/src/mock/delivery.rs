@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::diff::diff;
-use super::file_format::Services;
 use super::handle::Fault;
+use super::layers::View;
 use crate::registry::{RegistryEvent, RegistryStatus};
 
 /// The delivery state of one mock registry.
@@ -36,18 +36,18 @@ pub(crate) struct Delivery {
     /// Whether `Synced` went out.
     synced: bool,
     /// Desired views waiting for their delay to pass, oldest first.
-    pending: VecDeque<(Instant, Services)>,
+    pending: VecDeque<(Instant, View)>,
     /// The newest view whose delay has passed.
-    visible: Services,
+    visible: View,
     /// What the aggregate has been told.
-    delivered: Services,
+    delivered: View,
     /// The status the aggregate last heard (it assumes Healthy before hearing anything).
     reported: RegistryStatus,
 }
 
 impl Delivery {
     /// A registry about to deliver `initial`; `hold_sync` withholds it until [`Self::release`].
-    pub(crate) fn new(initial: Services, hold_sync: bool) -> Self {
+    pub(crate) fn new(initial: View, hold_sync: bool) -> Self {
         Self {
             delay: None,
             error: None,
@@ -57,13 +57,13 @@ impl Delivery {
             synced: false,
             pending: VecDeque::new(),
             visible: initial,
-            delivered: Services::new(),
+            delivered: View::new(),
             reported: RegistryStatus::Healthy,
         }
     }
 
     /// The layers now serve `desired`.
-    pub(crate) fn set_desired(&mut self, desired: Services, now: Instant) {
+    pub(crate) fn set_desired(&mut self, desired: View, now: Instant) {
         match self.delay {
             Some(delay) => self.pending.push_back((now + delay, desired)),
             None => {

@@ -1,52 +1,35 @@
 //! What changed between two full views of a registry, per hostname.
 
-use super::file_format::Services;
+use imbl::ordmap::DiffItem;
+
+use super::layers::View;
 use crate::registry::Change;
 
 /// The changes that turn `old` into `new`, sorted by hostname. A hostname whose state is equal in
-/// both produces nothing, so a no-op reload or resync emits nothing (REG-14).
-pub(crate) fn diff(old: &Services, new: &Services) -> Vec<Change> {
-    let mut out = Vec::new();
-    let mut olds = old.iter().peekable();
-    let mut news = new.iter().peekable();
-    loop {
-        match (olds.peek(), news.peek()) {
-            (None, None) => break,
-            (Some((h, _)), None) => {
-                out.push(Change::Delete((*h).clone()));
-                olds.next();
+/// both produces nothing, so a no-op reload or resync emits nothing (REG-14). Views derived from
+/// one another share structure, so this costs their difference, not their size.
+pub(crate) fn diff(old: &View, new: &View) -> Vec<Change> {
+    old.diff(new)
+        .filter_map(|item| match item {
+            DiffItem::Add(_, s) => Some(Change::Upsert((**s).clone())),
+            DiffItem::Update { old, new } if old.1 != new.1 => {
+                Some(Change::Upsert((**new.1).clone()))
             }
-            (None, Some((_, s))) => {
-                out.push(Change::Upsert((*s).clone()));
-                news.next();
-            }
-            (Some((ho, so)), Some((hn, sn))) => match ho.cmp(hn) {
-                std::cmp::Ordering::Less => {
-                    out.push(Change::Delete((*ho).clone()));
-                    olds.next();
-                }
-                std::cmp::Ordering::Greater => {
-                    out.push(Change::Upsert((*sn).clone()));
-                    news.next();
-                }
-                std::cmp::Ordering::Equal => {
-                    if so != sn {
-                        out.push(Change::Upsert((*sn).clone()));
-                    }
-                    olds.next();
-                    news.next();
-                }
-            },
-        }
-    }
-    out
+            DiffItem::Update { .. } => None,
+            DiffItem::Remove(h, _) => Some(Change::Delete(h.clone())),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::tests::services;
+    use crate::mock::layers::view_of;
     use crate::model::Hostname;
+
+    fn services(yaml: &str) -> View {
+        view_of(&crate::mock::tests::services(yaml))
+    }
 
     const BASE: &str = "services:
 - {hostname: a.x, ports: [{name: http, port: 80, protocol: HTTP}], endpoints: [{address: 1.1.1.1}, {address: 1.1.1.2}]}

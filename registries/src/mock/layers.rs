@@ -1,9 +1,25 @@
 //! What the mock registry serves: the file's services with the control API's edits on top.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::file_format::Services;
 use crate::model::{Hostname, ServiceState};
+
+/// What a mock registry serves at one moment: a persistent map, so taking a copy per control call
+/// is O(1) and two views made from each other are compared in the size of their difference
+/// (`OrdMap::diff` skips shared subtrees, `Arc` values compare by pointer first). Each change then
+/// costs the change, not the registry (a load test writes thousands of services one call at a
+/// time).
+pub(crate) type View = imbl::OrdMap<Hostname, Arc<ServiceState>>;
+
+/// `services` as a [`View`].
+pub(crate) fn view_of(services: &Services) -> View {
+    services
+        .iter()
+        .map(|(h, s)| (h.clone(), Arc::new(s.clone())))
+        .collect()
+}
 
 /// The two sources of a mock registry's services.
 ///
@@ -15,43 +31,33 @@ use crate::model::{Hostname, ServiceState};
 /// hostnames whose file definition changed (added, edited or removed): their API edits are
 /// dropped. Hostnames the file left unchanged keep their edits; hostnames the file never defined
 /// are never touched by a reload.
+///
+/// `served` is that overlay, kept up to date by each edit (O(change)) rather than recomputed.
 #[derive(Debug, Default)]
 pub(crate) struct Layers {
     file: Services,
-    api: BTreeMap<Hostname, Option<ServiceState>>,
+    api: BTreeMap<Hostname, Option<Arc<ServiceState>>>,
+    served: View,
 }
 
 impl Layers {
     /// Layers serving `file` with no API edits.
     pub(crate) fn new(file: Services) -> Self {
         Self {
+            served: view_of(&file),
             file,
             api: BTreeMap::new(),
         }
     }
 
-    /// Everything served now.
-    pub(crate) fn desired(&self) -> Services {
-        let mut out = self.file.clone();
-        for (host, edit) in &self.api {
-            match edit {
-                Some(state) => {
-                    out.insert(host.clone(), state.clone());
-                }
-                None => {
-                    out.remove(host);
-                }
-            }
-        }
-        out
+    /// Everything served now (a copy in O(1)).
+    pub(crate) fn desired(&self) -> View {
+        self.served.clone()
     }
 
     /// The served state of one hostname.
     pub(crate) fn get(&self, host: &Hostname) -> Option<&ServiceState> {
-        match self.api.get(host) {
-            Some(edit) => edit.as_ref(),
-            None => self.file.get(host),
-        }
+        self.served.get(host).map(|s| &**s)
     }
 
     /// Applies a new good read of the file.
@@ -65,24 +71,30 @@ impl Layers {
             .collect();
         for host in changed {
             self.api.remove(&host);
+            match file.get(&host) {
+                Some(state) => self.served.insert(host, Arc::new(state.clone())),
+                None => self.served.remove(&host),
+            };
         }
         self.file = file;
     }
 
     /// A control-API upsert.
     pub(crate) fn upsert(&mut self, state: ServiceState) {
-        self.api.insert(state.service.hostname.clone(), Some(state));
+        let host = state.service.hostname.clone();
+        let state = Arc::new(state);
+        self.api.insert(host.clone(), Some(Arc::clone(&state)));
+        self.served.insert(host, state);
     }
 
     /// A control-API delete; whether the hostname was served.
     pub(crate) fn delete(&mut self, host: &Hostname) -> bool {
-        let existed = self.get(host).is_some();
         if self.file.contains_key(host) {
             self.api.insert(host.clone(), None);
         } else {
             self.api.remove(host);
         }
-        existed
+        self.served.remove(host).is_some()
     }
 }
 

@@ -59,10 +59,11 @@ impl Worker {
         commands: mpsc::Receiver<Command>,
         file: Option<FileSource>,
     ) -> Self {
+        let layers = Layers::new(initial);
         Self {
             origin,
-            delivery: Delivery::new(initial.clone(), hold_sync),
-            layers: Layers::new(initial),
+            delivery: Delivery::new(layers.desired(), hold_sync),
+            layers,
             file_problem: None,
             sink,
             commands: Some(commands),
@@ -202,7 +203,12 @@ impl Worker {
 
     fn state(&self) -> MockState {
         MockState {
-            services: self.layers.desired().into_values().collect(),
+            services: self
+                .layers
+                .desired()
+                .values()
+                .map(|s| (**s).clone())
+                .collect(),
             synced: self.delivery.synced(),
             sync_held: self.delivery.sync_held(),
             paused: self.delivery.paused(),

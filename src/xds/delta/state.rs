@@ -53,6 +53,8 @@ pub(crate) struct Request<'a> {
     pub initial_versions: Option<&'a HashMap<String, String>>,
     /// `error_detail.message` when present.
     pub error: Option<&'a str>,
+    /// The newest snapshot's resources of the type, whose name `Arc`s new subscriptions share.
+    pub known: Option<&'a TypeResources>,
 }
 
 /// What the client is owed beyond what changed in the snapshot.
@@ -112,6 +114,9 @@ pub(crate) struct Built {
     pub removed: Vec<Arc<str>>,
     /// Whether snapshot changes (not only the client's requests) caused it.
     pub change_driven: bool,
+    /// Set when `resources` is every resource of this map and nothing is removed: the response's
+    /// entries are then the same bytes for every stream and can be shared whole (see `cache.rs`).
+    pub whole_set: Option<Arc<TypeResources>>,
     /// The state before this response, for [`DeltaState::recalled`].
     pub restore: Restore,
 }
@@ -195,9 +200,9 @@ impl DeltaState {
             self.staged = None;
         }
         self.requested = true;
-        let change = self
-            .sub
-            .apply_delta(self.ty, first, req.subscribe, req.unsubscribe);
+        let change =
+            self.sub
+                .apply_delta_known(self.ty, first, req.subscribe, req.unsubscribe, req.known);
         if self.sub.is_empty() {
             // Nothing wanted: nothing owed, and what the client held no longer matters.
             self.owed = Owed::default();
@@ -314,8 +319,11 @@ impl DeltaState {
         if send.is_empty() && removed.is_empty() && !owed.respond {
             return None;
         }
+        // `send` holds entries of `res` only, so the same count means the same set.
+        let whole = removed.is_empty() && !send.is_empty() && send.len() == res.len();
         Some(Built {
             version: res.version,
+            whole_set: whole.then(|| Arc::clone(&res)),
             resources: send.into_values().collect(),
             removed: removed.into_iter().collect(),
             change_driven,

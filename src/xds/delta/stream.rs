@@ -105,6 +105,7 @@ impl driver::Protocol for Stream {
             self.types[ty.index()].recalled();
         }
         let error = req.error_detail.as_ref().map(|e| e.message.as_str());
+        let known = self.params.store.load();
         let state = &mut self.types[ty.index()];
         let kind = state.on_request(&Request {
             nonce: &req.response_nonce,
@@ -112,6 +113,7 @@ impl driver::Protocol for Stream {
             unsubscribe: &req.resource_names_unsubscribe,
             initial_versions: Some(irv),
             error,
+            known: known.as_deref().map(|s| s.resources(ty)),
         });
         if state.subscribed_names() > MAX_NAMES_PER_REQUEST {
             // SEC-9: delta subscriptions accumulate across requests; cap the total as SotW caps
@@ -174,11 +176,17 @@ impl driver::Protocol for Stream {
                     continue;
                 };
                 let nonce = self.next_nonce();
-                let entries = built
-                    .resources
-                    .iter()
-                    .flat_map(|r| r.delta_entry())
-                    .collect();
+                let entries = match &built.whole_set {
+                    Some(res) => {
+                        let bind = self.node.listener_address;
+                        vec![self.params.full_sets.get_delta(ty, bind, res)]
+                    }
+                    None => built
+                        .resources
+                        .iter()
+                        .flat_map(|r| r.delta_entry())
+                        .collect(),
+                };
                 let framed = response::frame_delta(
                     ty,
                     &built.version.to_string(),

@@ -213,3 +213,25 @@ fn a_name_dropped_and_readded_in_stale_requests_is_resent() {
     );
     assert!(!st.has_work(s2.seq));
 }
+
+#[test]
+fn an_eds_answer_with_every_assignment_is_one_shared_chunk() {
+    let mut b = SnapshotBuilder::new();
+    let s1 = snap(&mut b, vec![cla("a", 1), cla("b", 1)]);
+    let cache = FullSetCache::default();
+    let mut all = TypeState::new(ResourceType::Endpoint);
+    all.on_request("", "", &names(&["b", "a"]), None);
+    let built = send(&mut all, &s1, &cache, "n1").expect("initial response");
+    assert_eq!(built.entries.len(), 1);
+    let res = s1.resources(ResourceType::Endpoint);
+    assert_eq!(
+        built.entries[0],
+        cache.get(ResourceType::Endpoint, None, res)
+    );
+
+    // A subset, or a name that does not exist, is sent entry by entry.
+    let mut some = TypeState::new(ResourceType::Endpoint);
+    some.on_request("", "", &names(&["a", "zz"]), None);
+    let built = send(&mut some, &s1, &cache, "n1").expect("initial response");
+    assert_eq!(built.entries.len(), 2);
+}

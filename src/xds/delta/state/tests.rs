@@ -462,3 +462,36 @@ fn recalled_reconnect_answer_keeps_its_removals() {
         Some((strings(&["a:1"]), strings(&["gone"])))
     );
 }
+
+#[test]
+fn a_response_with_the_whole_map_is_marked_shareable_and_names_share_the_snapshot_keys() {
+    let mut b = SnapshotBuilder::new();
+    let s1 = next(&mut b, &[("a", "1"), ("b", "1")], &[]);
+    let mut eds_like = DeltaState::new(ResourceType::Cluster);
+    let sub = strings(&["a", "b"]);
+    eds_like.on_request(&Request {
+        subscribe: &sub,
+        known: Some(s1.resources(ResourceType::Cluster)),
+        ..Default::default()
+    });
+    let (key, _) = s1
+        .resources(ResourceType::Cluster)
+        .entries
+        .get_key_value("a")
+        .expect("a exists");
+    let held = eds_like.sub.names.get("a").expect("subscribed");
+    assert!(
+        Arc::ptr_eq(key, held),
+        "the subscription holds the snapshot's own name"
+    );
+    let built = eds_like.build(&s1, None, false).expect("first response");
+    assert!(built.whole_set.is_some());
+    eds_like.sent(Arc::from("n1"), built.version, built.restore);
+
+    // One of two changed: not the whole map.
+    request(&mut eds_like, "n1", &[], &[]);
+    let s2 = next(&mut b, &[("a", "2")], &[]);
+    let built = eds_like.build(&s2, None, false).expect("the change");
+    assert_eq!(built.resources.len(), 1);
+    assert!(built.whole_set.is_none());
+}
