@@ -18,6 +18,19 @@ use super::body::{BodyGone, SlotWriter};
 use super::connections::Registration;
 use super::node::NodeInfo;
 use super::stream::{Params, authorize, client_fault, first_node};
+use crate::snapshot::{Snapshot, SnapshotStore};
+
+/// The snapshot the current push cycle walks: the newest one when the cycle starts, then the same
+/// one until the protocol ends the cycle, so every type of one push comes from one snapshot.
+pub(crate) fn pin_cycle(
+    cycle: &mut Option<Arc<Snapshot>>,
+    store: &SnapshotStore,
+) -> Option<Arc<Snapshot>> {
+    if cycle.is_none() {
+        *cycle = store.load();
+    }
+    cycle.clone()
+}
 
 /// One protocol's stream state, driven by [`serve`].
 pub(crate) trait Protocol {

@@ -350,15 +350,8 @@ impl driver::Protocol for Stream {
     /// Stages the next owed response, walking the pinned snapshot in push order.
     fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
         loop {
-            let snap = match &self.cycle {
-                Some(s) => Arc::clone(s),
-                None => match self.params.store.load() {
-                    Some(s) => {
-                        self.cycle = Some(Arc::clone(&s));
-                        s
-                    }
-                    None => return Ok(()),
-                },
+            let Some(snap) = driver::pin_cycle(&mut self.cycle, &self.params.store) else {
+                return Ok(());
             };
             *latest_seq = (*latest_seq).max(snap.seq);
             for ty in ResourceType::PUSH_ORDER {
