@@ -303,23 +303,8 @@ impl RegistryConfig {
     }
 }
 
-/// Durations as humans write them: `100ms`, `10s`, `5m`.
-pub(crate) mod duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(|e| {
-            serde::de::Error::custom(format!("{text:?} is not a duration like 100ms or 10s: {e}"))
-        })
-    }
-}
+/// Durations as humans write them: `100ms`, `10s`, `5m` (one reading for every config section).
+pub(crate) use tributary_registries::duration;
 
 /// Timestamps in debug output as RFC 3339.
 pub(crate) mod rfc3339 {

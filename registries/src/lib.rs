@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod consul;
+pub mod duration;
 pub mod kubernetes;
 pub mod mock;
 pub mod model;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::duration;
 use crate::model::{ClusterId, Hostname, Origin, Protocol, RegistryId};
 
 /// Consul's own default HTTP address, used when neither the config nor `CONSUL_HTTP_ADDR` names one.
@@ -384,24 +385,6 @@ fn redact<S: serde::Serializer>(token: &Option<String>, s: S) -> Result<S::Ok, S
     match token {
         Some(_) => s.serialize_str("<redacted>"),
         None => s.serialize_none(),
-    }
-}
-
-/// Durations as humans write them: `250ms`, `5m`.
-mod duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(|e| {
-            serde::de::Error::custom(format!("{text:?} is not a duration like 250ms or 5m: {e}"))
-        })
     }
 }
 

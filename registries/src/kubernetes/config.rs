@@ -44,17 +44,17 @@ pub struct KubernetesConfig {
     /// How long remote clusters may take to sync before the registry reports synced without
     /// them, loudly (istiod's `PILOT_REMOTE_CLUSTER_TIMEOUT`, default 30s). The primary cluster
     /// is always waited for.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration")]
     pub remote_sync_timeout: Duration,
     /// First retry delay after an API failure; doubles (with jitter) up to `retry_max`.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration")]
     pub retry_initial: Duration,
     /// Longest retry delay after API failures.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration")]
     pub retry_max: Duration,
     /// Server-side timeout asked for each watch request; the watch then resumes from its last
     /// resourceVersion without relisting (kube-rs' default: 290s).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration")]
     pub watch_timeout: Duration,
 }
 
@@ -194,24 +194,6 @@ impl KubernetesConfig {
             ));
         }
         Ok(())
-    }
-}
-
-/// Durations as humans write them (`800ms`, `30s`), like the rest of tributary's config.
-mod humantime_serde_compat {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(|e| {
-            serde::de::Error::custom(format!("{text:?} is not a duration like 800ms or 30s: {e}"))
-        })
     }
 }
 

@@ -32,7 +32,7 @@ pub struct ServiceEntryConfig {
     pub trust_domain: String,
     /// How often the directory is read again in full even without a file event (a safety net for
     /// file systems whose events are lost), and how often an unreadable directory is retried.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration")]
     pub rescan_interval: Duration,
 }
 
@@ -57,13 +57,13 @@ pub struct CrdSourceConfig {
     /// Requests allowed at once above `qps` (istiod's default: 160).
     pub burst: u32,
     /// First retry delay after an API failure; doubles (with jitter) up to `retry_max`.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration")]
     pub retry_initial: Duration,
     /// Longest retry delay after API failures.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration")]
     pub retry_max: Duration,
     /// Server-side timeout asked for each watch request (kube-rs' default: 290s).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "crate::duration")]
     pub watch_timeout: Duration,
 }
 
@@ -184,24 +184,6 @@ impl ServiceEntryConfig {
             ));
         }
         Ok(())
-    }
-}
-
-/// Durations as humans write them (`800ms`, `30s`), like the rest of tributary's config.
-mod humantime_serde_compat {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(d)?;
-        humantime::parse_duration(&text).map_err(|e| {
-            serde::de::Error::custom(format!("{text:?} is not a duration like 800ms or 30s: {e}"))
-        })
     }
 }
 
