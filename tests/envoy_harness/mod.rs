@@ -13,12 +13,34 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-/// A free loopback port (bound then released; good enough for tests on one machine).
+/// Where [`free_port`] looks: below Linux's ephemeral range (32768 and up), which the kernel uses
+/// for every outgoing connection's source port and every `bind(0)`.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free loopback port for a listener that a child process (Envoy, tributary) binds later.
+///
+/// The port is not held, so nothing else may take it in between: ports are taken below the
+/// ephemeral range (a `bind(0)` port can be handed to an Envoy's upstream connection as its source
+/// port before that Envoy binds its listener), and none is handed out twice in one test process
+/// (the tests of one file run in parallel). Each process starts at its own offset.
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral loopback port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(TEST_PORTS.end - TEST_PORTS.start);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id() * 97 % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, Ordering::SeqCst) % span;
+        let port = TEST_PORTS.start + offset as u16;
+        if StdListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {TEST_PORTS:?}");
 }
 
 /// Polls `f` every 20 ms until it returns `Some`, or panics with `what` after `limit`.
