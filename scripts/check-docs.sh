@@ -3,6 +3,7 @@
 # - every rule id cited in code, tests, README, BENCHMARKS or docs (SOTW-21, REG-6, G-3, H-RAW;
 #   also the short forms SOTW-30/31 and SOTW-1..37) is defined in docs/protocol.md;
 # - every `ecosystem.md §N` cited has a section N in docs/ecosystem.md;
+# - relative Markdown links in docs/, README and BENCHMARKS resolve (file and anchor);
 # - nothing points at documents outside the repository (the team's former shared folder).
 # Prints what is missing and exits 1; exits 0 when everything resolves.
 set -euo pipefail
@@ -41,6 +42,33 @@ for sec in $(git grep -ohE 'ecosystem(\.md)? §[0-9]+(\.[0-9]+)*' -- "${where[@]
     echo "ecosystem.md §$sec is cited but $ecosystem has no such section" >&2
     status=1
   fi
+done
+
+# Relative Markdown links in docs/ and the top-level documents point at files that exist, and a
+# `file.md#anchor` at an explicit <a id="anchor"> or a heading of that file.
+for doc in docs/*.md README.md BENCHMARKS.md; do
+  dir=$(dirname "$doc")
+  for link in $(grep -oE '\]\([^)#:]*(#[^)]*)?\)' "$doc" | sed -E 's/^\]\((.*)\)$/\1/'); do
+    file=${link%%#*}
+    target=$doc
+    if [ -n "$file" ]; then
+      target=$dir/$file
+      if [ ! -e "$target" ]; then
+        echo "$doc links to $link, which does not exist" >&2
+        status=1
+        continue
+      fi
+    fi
+    case $link in *'#'*) ;; *) continue ;; esac
+    anchor=${link#*#}
+    # A heading's anchor: lower case, punctuation dropped, spaces as dashes (GitHub's rule).
+    if ! grep -qF "<a id=\"$anchor\">" "$target" &&
+      ! grep -E '^#+ ' "$target" | sed -E 's/^#+ //' | tr 'A-Z' 'a-z' |
+        sed -E 's/[^a-z0-9 _-]//g; s/ /-/g' | grep -qxF "$anchor"; then
+      echo "$doc links to $link, but $target has no such anchor" >&2
+      status=1
+    fi
+  done
 done
 
 # Paths into the team's former shared folder (spelled so this script does not match itself).
