@@ -13,9 +13,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+// Cargo builds each tests/*.rs as a crate root, so the parts are found by path.
+#[path = "deploy/chart.rs"]
 mod chart;
+#[path = "deploy/container.rs"]
 mod container;
+#[path = "deploy/systemd.rs"]
 mod systemd;
+#[path = "deploy/tools.rs"]
 mod tools;
 
 use std::path::{Path, PathBuf};

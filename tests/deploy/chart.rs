@@ -113,7 +113,11 @@ fn helm_lint_passes() {
     let Some(helm) = Helm::find() else { return };
     let run = helm.lint();
     assert!(run.ok, "helm lint:\n{}{}", run.stdout, run.stderr);
-    assert!(run.stdout.contains("1 chart(s) linted, 0 failing"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("1 chart(s) linted, 0 failing"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
@@ -121,7 +125,10 @@ fn defaults_start_without_any_secret_and_serve_plaintext_xds_to_the_mesh() {
     let Some(text) = render(&[]) else { return };
     let docs = docs(&text);
     for d in &docs {
-        assert!(d["apiVersion"].is_string() && d["kind"].is_string(), "{d:?}");
+        assert!(
+            d["apiVersion"].is_string() && d["kind"].is_string(),
+            "{d:?}"
+        );
         assert!(d["metadata"]["name"].is_string(), "{d:?}");
     }
     let want: BTreeSet<&str> = [
@@ -160,7 +167,10 @@ fn defaults_start_without_any_secret_and_serve_plaintext_xds_to_the_mesh() {
     assert_eq!(ann["prometheus.io/scrape"], "true");
     assert_eq!(ann["prometheus.io/port"], "15014");
     assert_eq!(ann["sidecar.istio.io/inject"], "false");
-    assert_eq!(dep["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"]);
+    assert_eq!(
+        dep["spec"]["selector"]["matchLabels"],
+        pod["metadata"]["labels"]
+    );
 
     // DEPLOY-4: log values become the binary's flags.
     let args = strings(&c["args"]);
@@ -178,7 +188,9 @@ fn defaults_start_without_any_secret_and_serve_plaintext_xds_to_the_mesh() {
     binary_accepts(&args);
 
     // Shutdown fits in the termination grace period.
-    let grace = pod["spec"]["terminationGracePeriodSeconds"].as_u64().unwrap();
+    let grace = pod["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap();
     let shutdown = config.shutdown.drain_delay + config.shutdown.grace_period;
     assert!(shutdown.as_secs() < grace, "{shutdown:?} vs {grace}s");
 
@@ -212,7 +224,11 @@ fn rbac_is_exactly_the_watched_kinds(docs: &[Value]) {
     let role = kind(docs, "ClusterRole");
     let mut granted = BTreeSet::new();
     for rule in role["rules"].as_sequence().unwrap() {
-        assert_eq!(strings(&rule["verbs"]), ["get", "list", "watch"], "read-only");
+        assert_eq!(
+            strings(&rule["verbs"]),
+            ["get", "list", "watch"],
+            "read-only"
+        );
         for g in strings(&rule["apiGroups"]) {
             for r in strings(&rule["resources"]) {
                 granted.insert(format!("{g}/{r}"));
@@ -268,7 +284,9 @@ fn tls_is_mounted_from(docs: &[Value], secret: &str) {
 #[test]
 fn tls_from_an_existing_secret() {
     // DEPLOY-3
-    let Some(text) = render(&[EXISTING_SECRET]) else { return };
+    let Some(text) = render(&[EXISTING_SECRET]) else {
+        return;
+    };
     let docs = docs(&text);
     tls_is_mounted_from(&docs, "mesh-tls");
     assert!(!kinds(&docs).contains("Certificate"));
@@ -277,7 +295,9 @@ fn tls_from_an_existing_secret() {
 #[test]
 fn tls_from_a_cert_manager_certificate() {
     // DEPLOY-3
-    let Some(text) = render(&[CERT_MANAGER]) else { return };
+    let Some(text) = render(&[CERT_MANAGER]) else {
+        return;
+    };
     let docs = docs(&text);
     let cert = kind(&docs, "Certificate");
     assert_eq!(cert["apiVersion"], "cert-manager.io/v1");
@@ -312,7 +332,9 @@ fn tls_without_a_certificate_source_is_a_clear_error() {
 
 #[test]
 fn autoscaling_network_policy_scheduling_and_log_values() {
-    let Some(text) = render(&[OPTIONS]) else { return };
+    let Some(text) = render(&[OPTIONS]) else {
+        return;
+    };
     let docs = docs(&text);
     let values: serde_json::Value = serde_json::from_str(OPTIONS).unwrap();
     let dep = kind(&docs, "Deployment");
@@ -322,21 +344,35 @@ fn autoscaling_network_policy_scheduling_and_log_values() {
     let hpa = kind(&docs, "HorizontalPodAutoscaler");
     assert_eq!(hpa["apiVersion"], "autoscaling/v2");
     assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
-    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], dep["metadata"]["name"]);
+    assert_eq!(
+        hpa["spec"]["scaleTargetRef"]["name"],
+        dep["metadata"]["name"]
+    );
     assert_eq!(hpa["spec"]["minReplicas"], 3);
     assert_eq!(hpa["spec"]["maxReplicas"], 7);
     assert_eq!(hpa["spec"]["metrics"][0]["resource"]["name"], "cpu");
-    assert!(dep["spec"].get("replicas").is_none(), "replicas left to the HPA");
+    assert!(
+        dep["spec"].get("replicas").is_none(),
+        "replicas left to the HPA"
+    );
 
     // DEPLOY-7: xDS open to every source, admin only to Prometheus and the kubelet.
     let np = kind(&docs, "NetworkPolicy");
-    assert_eq!(np["spec"]["podSelector"]["matchLabels"], pod["metadata"]["labels"]);
+    assert_eq!(
+        np["spec"]["podSelector"]["matchLabels"],
+        pod["metadata"]["labels"]
+    );
     assert_eq!(strings(&np["spec"]["policyTypes"]), ["Ingress"]);
     let named: Vec<(&str, u64)> = container(&docs)["ports"]
         .as_sequence()
         .unwrap()
         .iter()
-        .map(|p| (p["name"].as_str().unwrap(), p["containerPort"].as_u64().unwrap()))
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap(),
+                p["containerPort"].as_u64().unwrap(),
+            )
+        })
         .collect();
     let port_numbers = |rule: &Value| -> BTreeSet<u64> {
         rule["ports"]
@@ -345,7 +381,11 @@ fn autoscaling_network_policy_scheduling_and_log_values() {
             .iter()
             .map(|p| {
                 let name = p["port"].as_str().unwrap();
-                named.iter().find(|(n, _)| *n == name).expect("a container port").1
+                named
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .expect("a container port")
+                    .1
             })
             .collect()
     };
@@ -403,10 +443,17 @@ fn renders_and_plain_manifests_pass_kubernetes_validate() {
             files.push(f);
         }
     }
-    let Some(run) = tools::kubernetes_validate(&files) else { return };
+    let Some(run) = tools::kubernetes_validate(&files) else {
+        return;
+    };
     assert!(run.ok, "kubernetes-validate:\n{}{}", run.stdout, run.stderr);
     for resource in ["deployment/tributary", "clusterrole/tributary-reader"] {
-        assert!(run.stdout.contains(&format!("passed for resource {resource}")), "{}", run.stdout);
+        assert!(
+            run.stdout
+                .contains(&format!("passed for resource {resource}")),
+            "{}",
+            run.stdout
+        );
     }
 
     // The validator is live: a field of the wrong type and an unknown field are rejected.

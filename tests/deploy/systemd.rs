@@ -64,7 +64,12 @@ fn units_rate_below_two_in_systemd_analyze_security() {
         ]) else {
             return;
         };
-        assert!(run.ok, "systemd-analyze security {}: {}", unit.display(), run.stderr);
+        assert!(
+            run.ok,
+            "systemd-analyze security {}: {}",
+            unit.display(),
+            run.stderr
+        );
         let exposure: f64 = run
             .stdout
             .lines()
@@ -90,7 +95,8 @@ fn server_unit_and_example_config_agree() {
         .find_map(|l| l.strip_prefix("ExecStart="))
         .expect("ExecStart");
     assert!(
-        exec.starts_with(INSTALLED_BINARY) && exec.contains("--config /etc/tributary/tributary.yaml"),
+        exec.starts_with(INSTALLED_BINARY)
+            && exec.contains("--config /etc/tributary/tributary.yaml"),
         "{exec}"
     );
     for needle in [
