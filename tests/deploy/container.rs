@@ -91,10 +91,7 @@ fn dependencies_build_in_their_own_layer() {
     for copy in layer1.iter().filter_map(|l| l.strip_prefix("COPY ")) {
         let words: Vec<&str> = copy.split_whitespace().collect();
         let (dest, srcs) = words.split_last().unwrap();
-        assert!(
-            !srcs.iter().any(|s| *s == "."),
-            "layer 1 copies single paths"
-        );
+        assert!(!srcs.contains(&"."), "layer 1 copies single paths");
         for src in srcs {
             let to = if dest.ends_with('/') {
                 ctx.path()
@@ -194,12 +191,11 @@ fn declared_targets(manifest: &str) -> Vec<String> {
     for line in manifest.lines().map(str::trim) {
         if line.starts_with('[') {
             in_target_table = ["[[bin]]", "[[bench]]", "[[example]]", "[[test]]"].contains(&line);
-        } else if in_target_table {
-            if let Some(v) = line.strip_prefix("name").map(str::trim_start) {
-                if let Some(v) = v.strip_prefix('=') {
-                    names.push(v.trim().trim_matches('"').to_string());
-                }
-            }
+        } else if in_target_table
+            && let Some(v) = line.strip_prefix("name").map(str::trim_start)
+            && let Some(v) = v.strip_prefix('=')
+        {
+            names.push(v.trim().trim_matches('"').to_string());
         }
     }
     names
