@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
+use tributary_registries::duration::deadline;
 use tracing::{error, info, warn};
 use tributary_registries::{
     Change, Hostname, RegistryEvent, RegistryId, RegistryMessage, RegistryStatus, ServiceState,
@@ -165,7 +166,7 @@ impl Aggregate {
                 (None, true) => self.debouncer.next_due(),
                 _ => None,
             };
-            let sync_deadline = (!self.serving).then(|| self.started + self.settings.sync_timeout);
+            let sync_deadline = (!self.serving).then(|| deadline(self.started, self.settings.sync_timeout));
             tokio::select! {
                 biased;
                 _ = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
@@ -231,7 +232,9 @@ impl Aggregate {
         let request = PushRequest {
             hosts,
             service_change: due.service_change,
-            triggered_at: std::time::Instant::now() - waited,
+            triggered_at: std::time::Instant::now()
+                .checked_sub(waited)
+                .unwrap_or_else(std::time::Instant::now),
             done,
         };
         pushes.send(request).await.ok()?;
