@@ -86,8 +86,14 @@ async fn every_registry_keeps_its_own_port_and_an_unmatched_endpoint_is_reported
         &[("http-web", 80)],
     ))
     .unwrap();
-    kube.apply(&objects::pod("shop", "web-0", &[("app", "web")], "web", "node-a"))
-        .unwrap();
+    kube.apply(&objects::pod(
+        "shop",
+        "web-0",
+        &[("app", "web")],
+        "web",
+        "node-a",
+    ))
+    .unwrap();
     kube.apply(&objects::endpoint_slice(
         "shop",
         "web-abc",
@@ -147,10 +153,14 @@ async fn every_registry_keeps_its_own_port_and_an_unmatched_endpoint_is_reported
 
     // HYB-4: the mock's TCP endpoint matches no port of the service; it is reported, never sent.
     let admin = running.admin_addr;
-    let report = eventually(LIMIT, "the unmapped endpoint in /debug/push_status", || async move {
-        let (status, body) = http_get(admin, "localhost", "/debug/push_status").await?;
-        (status == 200 && body.contains("10.4.0.1")).then_some(body)
-    })
+    let report = eventually(
+        LIMIT,
+        "the unmapped endpoint in /debug/push_status",
+        || async move {
+            let (status, body) = http_get(admin, "localhost", "/debug/push_status").await?;
+            (status == 200 && body.contains("10.4.0.1")).then_some(body)
+        },
+    )
     .await;
     assert!(report.contains(CLUSTER), "{report}");
     assert!(report.contains("registry legacy"), "{report}");

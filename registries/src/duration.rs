@@ -57,11 +57,16 @@ mod tests {
         let err = serde_yaml::from_str::<S>("d: 18446744073709551615s").expect_err("too long");
         assert!(err.to_string().contains("longest duration"), "{err}");
         assert_eq!(
-            serde_yaml::from_str::<S>("d: 30days").expect("at the bound").d,
+            serde_yaml::from_str::<S>("d: 30days")
+                .expect("at the bound")
+                .d,
             MAX_SETTING
         );
         let now = Instant::now();
-        assert_eq!(deadline(now, Duration::from_secs(1)), now + Duration::from_secs(1));
+        assert_eq!(
+            deadline(now, Duration::from_secs(1)),
+            now + Duration::from_secs(1)
+        );
         assert!(deadline(now, Duration::MAX) > now);
     }
 }

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
-use tributary_registries::duration::deadline;
 use tributary_registries::Hostname;
+use tributary_registries::duration::deadline;
 
 /// The three debounce settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -234,7 +234,11 @@ mod tests {
         );
         let own = service("consul", vec![port("http", 9090, Protocol::Http)]);
         let map = map_ports(&merged, &own);
-        assert!(map["http-web"].as_ref().is_err_and(|e| e.contains("ambiguous")));
+        assert!(
+            map["http-web"]
+                .as_ref()
+                .is_err_and(|e| e.contains("ambiguous"))
+        );
         let (out, missing) = remap(&endpoint(&[("http", 9090)]), &map);
         assert!(out.ports.is_empty(), "{:?}", out.ports);
         assert_eq!(missing.len(), 2);

@@ -31,7 +31,11 @@ pub(super) fn check(c: &Config) -> Result<(), ConfigError> {
     let d = &c.debounce;
     let conn = &c.connections;
     let checks: [(&str, Duration, Duration); 12] = [
-        ("debounce.debounce_after", d.debounce_after, MAX_DEBOUNCE_AFTER),
+        (
+            "debounce.debounce_after",
+            d.debounce_after,
+            MAX_DEBOUNCE_AFTER,
+        ),
         ("debounce.debounce_max", d.debounce_max, MAX_DEBOUNCE_MAX),
         (
             "debounce.endpoint_debounce_after",
@@ -103,7 +107,10 @@ mod tests {
         let mut c = Config::default();
         c.sync_timeout = Duration::from_secs(u64::MAX);
         let err = c.validate().expect_err("huge sync_timeout").to_string();
-        assert!(err.contains("sync_timeout") && err.contains("at most 1h"), "{err}");
+        assert!(
+            err.contains("sync_timeout") && err.contains("at most 1h"),
+            "{err}"
+        );
         let mut c = Config::default();
         c.shutdown.grace_period = Duration::from_secs(2 * 3600);
         assert!(c.validate().is_err());

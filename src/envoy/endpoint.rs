@@ -185,7 +185,12 @@ fn unmapped_message(svc: &MergedService, index: usize, port: &ServicePort) -> St
         .unmapped
         .iter()
         .find(|u| u.endpoint == index && u.port == port.name)
-        .map(|u| format!("endpoint {} of registry {}: {}", u.address, u.registry, u.reason))
+        .map(|u| {
+            format!(
+                "endpoint {} of registry {}: {}",
+                u.address, u.registry, u.reason
+            )
+        })
         .unwrap_or_default();
     format!(
         "{why}; the endpoint is left out of {}",
