@@ -94,7 +94,10 @@ async fn proxy(ch: Channel, id: usize, seen: mpsc::Sender<(usize, String)>) {
     })
     .await
     .unwrap();
-    let Ok(resp) = client.stream_aggregated_resources(ReceiverStream::new(rx)).await else {
+    let Ok(resp) = client
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+    else {
         return;
     };
     let mut stream = resp.into_inner();
@@ -201,7 +204,11 @@ async fn resident_memory_returns_after_churn_and_every_client_left() {
     let (seen_tx, mut seen_rx) = mpsc::channel(CLIENTS * 4);
     let mut proxies = tokio::task::JoinSet::new();
     for id in 0..CLIENTS {
-        proxies.spawn(proxy(channels[id % CONNECTIONS].clone(), id, seen_tx.clone()));
+        proxies.spawn(proxy(
+            channels[id % CONNECTIONS].clone(),
+            id,
+            seen_tx.clone(),
+        ));
     }
     let mut counts = vec![0usize; CLIENTS];
     wait_rounds(&mut seen_rx, &mut counts, 1).await;

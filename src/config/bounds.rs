@@ -104,8 +104,10 @@ mod tests {
         c.debounce.debounce_max = Duration::MAX;
         let err = c.validate().expect_err("huge debounce_max").to_string();
         assert!(err.contains("debounce.debounce_max"), "{err}");
-        let mut c = Config::default();
-        c.sync_timeout = Duration::from_secs(u64::MAX);
+        let c = Config {
+            sync_timeout: Duration::from_secs(u64::MAX),
+            ..Config::default()
+        };
         let err = c.validate().expect_err("huge sync_timeout").to_string();
         assert!(
             err.contains("sync_timeout") && err.contains("at most 1h"),
