@@ -9,6 +9,7 @@
 
 mod debounce;
 mod merge;
+mod ports;
 mod status;
 mod task;
 #[cfg(test)]
@@ -16,6 +17,7 @@ mod tests;
 
 pub use debounce::{ChangeKind, DebounceSettings, Debouncer, Due};
 pub use merge::{MergedService, merge};
+pub use ports::UnmappedPort;
 pub use status::{RegistriesView, RegistryInfo, SyncState, ViewState};
 pub use task::{
     Aggregate, AggregateCommand, AggregateSettings, CommandReceiver, CommandSender, PushRequest,

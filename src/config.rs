@@ -19,6 +19,7 @@ use tributary_registries::serviceentry::ServiceEntryConfig;
 use crate::aggregate::DebounceSettings;
 use crate::tls::TlsConfig;
 
+mod bounds;
 mod server;
 
 pub use server::{ConnectionSettings, ShutdownSettings};
@@ -231,6 +232,7 @@ impl Config {
 
     /// Checks that the values make sense together.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        bounds::check(self)?;
         let d = &self.debounce;
         if d.debounce_max < d.debounce_after {
             return Err(ConfigError::Invalid(format!(

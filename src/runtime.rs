@@ -6,8 +6,10 @@
 mod connections;
 mod registries;
 mod serve;
+mod supervise;
 
 pub use registries::{CONFIG_POLL_INTERVAL, ConfigSource};
+pub use supervise::{FaultParseError, Faults, RESTART_INITIAL, RESTART_MAX};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 use tributary_registries::RegistryId;
 use tributary_registries::mock::{self, MockControl, MockHandle};
 
@@ -55,6 +57,7 @@ pub struct Running {
     pub xds: XdsServer,
     tasks: JoinSet<()>,
     servers: JoinSet<()>,
+    names: supervise::TaskNames,
     shutdown: CancellationToken,
     draining: CancellationToken,
     stop_servers: CancellationToken,
@@ -86,6 +89,19 @@ impl Running {
         self.tasks.shutdown().await;
     }
 
+    /// Waits until a critical task (aggregate, builder, admin, an xDS server, the registry
+    /// supervisor) ends before [`Running::stop`], and says which and how (REL-2). `/ready` turns
+    /// 503 at once: a half-alive control plane must not look ready while it stops.
+    pub async fn failed(&mut self) -> String {
+        let ended = tokio::select! {
+            Some(r) = self.tasks.join_next_with_id() => r.map(|(id, ())| id),
+            Some(r) = self.servers.join_next_with_id() => r.map(|(id, ())| id),
+            else => return "every task ended".to_string(),
+        };
+        self.draining.cancel();
+        self.names.describe(ended)
+    }
+
     /// Whether `/ready` reports shutting down.
     pub fn is_draining(&self) -> bool {
         self.draining.is_cancelled()
@@ -97,15 +113,33 @@ const STOP_SLACK: Duration = Duration::from_secs(5);
 
 /// Runs tributary until SIGINT or SIGTERM, reloading the config from `source` if given.
 pub async fn run(config: Config, source: Option<ConfigSource>) -> anyhow::Result<()> {
+    run_with_faults(config, source, Faults::default()).await
+}
+
+/// [`run`], with a task killed on purpose (supervision tests). Returns an error, so the process
+/// exits non-zero, when a critical task dies (REL-2).
+pub async fn run_with_faults(
+    config: Config,
+    source: Option<ConfigSource>,
+    faults: Faults,
+) -> anyhow::Result<()> {
     let demo = config.is_demo();
-    let running = start_reloadable(config, source).await?;
+    let mut running = start_inner(config, source, faults).await?;
     let mut backends = match demo {
         true => Some(crate::demo::start_backends(mock::demo_endpoints()).await),
         false => None,
     };
     print_banner(&running, demo);
-    wait_for_signal().await;
-    info!("shutting down");
+    let failure = tokio::select! {
+        () = wait_for_signal() => None,
+        why = running.failed() => Some(why),
+    };
+    match &failure {
+        None => info!("shutting down"),
+        Some(why) => {
+            error!(reason = %why, "a critical task died; shutting down and exiting non-zero so the process is restarted")
+        }
+    }
     if let Some(b) = backends.as_mut() {
         b.shutdown().await;
     }
@@ -113,7 +147,10 @@ pub async fn run(config: Config, source: Option<ConfigSource>) -> anyhow::Result
     if tokio::time::timeout(limit, running.stop()).await.is_err() {
         warn!("shutdown did not finish in time; exiting anyway");
     }
-    Ok(())
+    match failure {
+        None => Ok(()),
+        Some(why) => Err(anyhow::anyhow!("{why}")),
+    }
 }
 
 /// Starts every task; returns once the sockets are bound (not once registries synced).
@@ -124,8 +161,21 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 /// Like [`start`]; with a `source`, the config file is reloaded on SIGHUP and when it changes
 /// (registries added, removed or restarted; see `registries.rs`).
 pub async fn start_reloadable(
+    config: Config,
+    source: Option<ConfigSource>,
+) -> anyhow::Result<Running> {
+    start_inner(config, source, Faults::default()).await
+}
+
+/// Like [`start`], with a task killed on purpose (supervision tests).
+pub async fn start_with_faults(config: Config, faults: Faults) -> anyhow::Result<Running> {
+    start_inner(config, None, faults).await
+}
+
+async fn start_inner(
     mut config: Config,
     source: Option<ConfigSource>,
+    faults: Faults,
 ) -> anyhow::Result<Running> {
     if config.is_demo() {
         config
@@ -152,6 +202,7 @@ pub async fn start_reloadable(
 
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    let mut names = supervise::TaskNames::default();
     let store = SnapshotStore::new();
     let view = RegistriesView::default();
     let (events_tx, events_rx) = mpsc::channel(REGISTRY_EVENTS_CAPACITY);
@@ -163,13 +214,19 @@ pub async fn start_reloadable(
         .map(|rc| RegistryId::new(rc.name()))
         .collect();
     let (commands_tx, commands_rx) = CommandSender::channel(RELOAD_COMMANDS_CAPACITY);
-    let (supervisor, mocks) =
-        registries::Supervisor::start(&config.registries, events_tx, commands_tx, shutdown.clone());
-    tasks.spawn(
-        supervisor
-            .run(source, config.clone())
+    let (supervisor, mocks) = registries::Supervisor::start(
+        &config.registries,
+        events_tx,
+        commands_tx,
+        shutdown.clone(),
+        faults.clone(),
+    );
+    let t = tasks.spawn(
+        faults
+            .wrap("registries", supervisor.run(source, config.clone()))
             .instrument(info_span!("registries")),
     );
+    names.insert(t.id(), "registry supervisor");
 
     let settings = AggregateSettings {
         registries: order,
@@ -177,21 +234,29 @@ pub async fn start_reloadable(
         sync_timeout: config.sync_timeout,
     };
     let aggregate = Aggregate::new(settings, view.clone()).with_commands(commands_rx);
-    tasks.spawn(
-        cancellable(aggregate.run(events_rx, push_tx), shutdown.clone())
-            .instrument(info_span!("aggregate")),
+    let t = tasks.spawn(
+        cancellable(
+            faults.wrap("aggregate", aggregate.run(events_rx, push_tx)),
+            shutdown.clone(),
+        )
+        .instrument(info_span!("aggregate")),
     );
+    names.insert(t.id(), "aggregate");
     let options = GenerateOptions {
         send_unhealthy_endpoints: config.send_unhealthy_endpoints,
         connect_timeout: config.connect_timeout,
     };
-    tasks.spawn(
+    let t = tasks.spawn(
         cancellable(
-            run_builder(push_rx, store.clone(), MeshBuilder::new(options)),
+            faults.wrap(
+                "builder",
+                run_builder(push_rx, store.clone(), MeshBuilder::new(options)),
+            ),
             shutdown.clone(),
         )
         .instrument(info_span!("builder")),
     );
+    names.insert(t.id(), "snapshot builder");
 
     let xds = XdsServer::new(
         store.clone(),
@@ -215,6 +280,7 @@ pub async fn start_reloadable(
         control,
         &config.connections,
         &stop_servers,
+        (&faults, &mut names),
     );
     let settings = config.shutdown.clone();
     let admin_state = AdminState {
@@ -224,9 +290,15 @@ pub async fn start_reloadable(
         config: Arc::new(config),
         draining: draining.clone(),
     };
-    tasks.spawn(
-        admin::serve(admin_listener, admin_state, shutdown.clone()).instrument(info_span!("admin")),
+    let t = tasks.spawn(
+        faults
+            .wrap(
+                "admin",
+                admin::serve(admin_listener, admin_state, shutdown.clone()),
+            )
+            .instrument(info_span!("admin")),
     );
+    names.insert(t.id(), "admin server");
     Ok(Running {
         xds_addr,
         xds_tls_addr,
@@ -236,6 +308,7 @@ pub async fn start_reloadable(
         xds,
         tasks,
         servers,
+        names,
         shutdown,
         draining,
         stop_servers,
