@@ -5,7 +5,7 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = tributary::cli::Cli::parse();
-    if cli.command.is_none() {
+    if !matches!(cli.command, Some(tributary::cli::Command::Bootstrap(_))) {
         cli.init_tracing();
     }
     cli.run().await
