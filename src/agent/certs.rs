@@ -27,7 +27,9 @@ pub struct CertWatch {
 
 impl std::fmt::Debug for CertWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CertWatch").field("files", &self.files).finish()
+        f.debug_struct("CertWatch")
+            .field("files", &self.files)
+            .finish()
     }
 }
 

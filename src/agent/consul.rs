@@ -230,8 +230,11 @@ impl Registrar {
 
     /// Deregisters (once; a failure is logged by the caller).
     pub async fn deregister(&self) -> Result<(), AgentError> {
-        self.put(&format!("/v1/agent/service/deregister/{}", self.reg.id), None)
-            .await?;
+        self.put(
+            &format!("/v1/agent/service/deregister/{}", self.reg.id),
+            None,
+        )
+        .await?;
         info!(id = %self.reg.id, "deregistered from Consul");
         Ok(())
     }

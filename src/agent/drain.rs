@@ -53,7 +53,10 @@ pub async fn stop(admin: &Admin, envoy: &mut EnvoyProc) {
     {
         warn!(error = %e, "Envoy's admin did not take /quitquitquit");
     }
-    if tokio::time::timeout(QUIT_TIMEOUT, envoy.wait()).await.is_err() {
+    if tokio::time::timeout(QUIT_TIMEOUT, envoy.wait())
+        .await
+        .is_err()
+    {
         warn!(pid = envoy.pid, "Envoy did not exit; killing it");
         envoy.kill().await;
     }

@@ -185,7 +185,8 @@ impl Admin {
         let stats = self.stats(r"^listener\..*\.downstream_cx_active$").await?;
         Ok(stats
             .iter()
-            .filter(|(k, _)| !k.starts_with("listener.admin."))
+            // The per-worker copies (`listener.<addr>.worker_0.…`) would count twice.
+            .filter(|(k, _)| !k.starts_with("listener.admin.") && !k.contains(".worker_"))
             .map(|(_, v)| v)
             .sum())
     }

@@ -106,7 +106,9 @@ pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, AgentError> {
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(|p| match p.split_once('=') {
-            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+            Some((k, v)) if !k.trim().is_empty() => {
+                Ok((k.trim().to_string(), v.trim().to_string()))
+            }
             _ => Err(AgentError::Invalid(format!(
                 "label {p:?} is not key=value (--labels app=web,version=v1)"
             ))),

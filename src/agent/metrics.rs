@@ -86,7 +86,10 @@ mod tests {
         let m = AgentMetrics::default();
         m.restarts.fetch_add(2, Ordering::Relaxed);
         let text = m.render(&BTreeMap::new());
-        assert!(text.contains("tributary_agent_envoy_restarts_total 2\n"), "{text}");
+        assert!(
+            text.contains("tributary_agent_envoy_restarts_total 2\n"),
+            "{text}"
+        );
         assert!(!text.contains("seconds_since_last_config"), "no config yet");
         let now = UNIX_EPOCH + Duration::from_secs(1_000);
         let times = BTreeMap::from([

@@ -107,7 +107,9 @@ impl AgentOptions {
             }
         }
         if self.concurrency == Some(0) {
-            return Err(AgentError::Invalid("--concurrency must be at least 1".into()));
+            return Err(AgentError::Invalid(
+                "--concurrency must be at least 1".into(),
+            ));
         }
         if let Some(c) = &self.consul {
             c.validate()?;
@@ -223,15 +225,24 @@ pub(crate) mod tests {
     fn envoy_gets_epoch_base_id_and_drain_times() {
         let o = options();
         let a = o.envoy_args(Path::new("/d/envoy-rev3.json"), 3).join(" ");
-        assert!(a.starts_with("-c /d/envoy-rev3.json --restart-epoch 3"), "{a}");
-        assert!(a.contains("--drain-time-s 45 --parent-shutdown-time-s 60"), "{a}");
+        assert!(
+            a.starts_with("-c /d/envoy-rev3.json --restart-epoch 3"),
+            "{a}"
+        );
+        assert!(
+            a.contains("--drain-time-s 45 --parent-shutdown-time-s 60"),
+            "{a}"
+        );
         assert!(a.contains("--base-id 0"), "{a}");
         assert!(a.ends_with("--component-log-level upstream:debug"), "{a}");
         let cold = AgentOptions {
             hot_restart: false,
             ..options()
         };
-        assert!(cold.envoy_args(Path::new("x"), 0).contains(&"--disable-hot-restart".into()));
+        assert!(
+            cold.envoy_args(Path::new("x"), 0)
+                .contains(&"--disable-hot-restart".into())
+        );
     }
 
     #[test]
@@ -240,12 +251,22 @@ pub(crate) mod tests {
             parent_shutdown_time: Duration::from_secs(45),
             ..options()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("--parent-shutdown-time"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--parent-shutdown-time")
+        );
         let bad = AgentOptions {
             drain_time: Duration::from_millis(1500),
             ..options()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("whole seconds"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("whole seconds")
+        );
         assert!(options().validate().is_ok());
         let b = options().bootstrap(Some("sa"));
         assert_eq!(b.node_id, "sidecar~127.0.0.2~app.vm~vm.svc.cluster.local");

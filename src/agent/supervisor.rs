@@ -125,7 +125,9 @@ impl Supervisor {
         let envoy = EnvoyProc::spawn(&o, &config, epoch)?;
         info!(epoch, pid = envoy.pid, config = %config.display(), "Envoy started");
         self.epoch = epoch;
-        self.metrics.epoch.store(u64::from(epoch), Ordering::Relaxed);
+        self.metrics
+            .epoch
+            .store(u64::from(epoch), Ordering::Relaxed);
         self.current = Some(envoy);
         Ok(())
     }
@@ -280,4 +282,3 @@ async fn sleep_until(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
-

@@ -155,9 +155,9 @@ impl AgentArgs {
             .xds_addr
             .rsplit_once(':')
             .ok_or_else(|| anyhow::anyhow!("--xds-addr {:?} must be HOST:PORT", self.xds_addr))?;
-        let xds_port: u16 = port
-            .parse()
-            .map_err(|_| anyhow::anyhow!("--xds-addr {:?}: {port:?} is not a port", self.xds_addr))?;
+        let xds_port: u16 = port.parse().map_err(|_| {
+            anyhow::anyhow!("--xds-addr {:?}: {port:?} is not a port", self.xds_addr)
+        })?;
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let tls = match (&self.tls_ca, &self.tls_cert, &self.tls_key) {
             (Some(ca), Some(cert), Some(key)) => Some(AgentTls {
@@ -213,8 +213,9 @@ impl AgentArgs {
                 workload: self.workload.clone(),
                 namespace: self.namespace.clone(),
                 labels: match self.labels.trim_start().starts_with('{') {
-                    true => serde_json::from_str(&self.labels)
-                        .map_err(|e| anyhow::anyhow!("--labels is not a JSON object of strings: {e}"))?,
+                    true => serde_json::from_str(&self.labels).map_err(|e| {
+                        anyhow::anyhow!("--labels is not a JSON object of strings: {e}")
+                    })?,
                     false => parse_labels(&self.labels)?,
                 },
                 cluster_id: self.cluster_id.clone(),

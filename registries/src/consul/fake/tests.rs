@@ -313,7 +313,8 @@ async fn endpoint(status: u16) -> Endpoint {
             tokio::spawn(async move {
                 let mut buf = [0u8; 1024];
                 let _ = s.read(&mut buf).await;
-                let reply = format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let reply =
+                    format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
                 let _ = s.write_all(reply.as_bytes()).await;
             });
         }
@@ -353,7 +354,10 @@ async fn http_checks_run_like_a_real_agent() {
                 if got == want {
                     return;
                 }
-                assert!(Instant::now() < deadline, "check stayed {got}, wanted {want}");
+                assert!(
+                    Instant::now() < deadline,
+                    "check stayed {got}, wanted {want}"
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -367,6 +371,9 @@ async fn http_checks_run_like_a_real_agent() {
     until("passing").await;
     drop(ep);
     until("critical").await;
-    assert_eq!(put(&fake, "/v1/agent/service/deregister/vm-1", "").await, 200);
+    assert_eq!(
+        put(&fake, "/v1/agent/service/deregister/vm-1", "").await,
+        200
+    );
     assert!(fake.http_checks().is_empty());
 }
