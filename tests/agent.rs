@@ -321,6 +321,17 @@ fn traffic(listener: SocketAddr, stop: Arc<AtomicU64>) -> tokio::task::JoinHandl
 // requests flow every 10 ms: none fails, and the parent is gone after the parent-shutdown time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificate_rotation_hot_restarts_without_a_failed_request() {
+    rotate_certificates(true).await;
+}
+
+// AGENT-3: without hot restart the rotation drains the Envoy and starts a new one at epoch 0;
+// traffic works again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_rotation_without_hot_restart_drains_then_restarts() {
+    rotate_certificates(false).await;
+}
+
+async fn rotate_certificates(hot: bool) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ca = pki::Ca::new("mesh root");
@@ -354,27 +365,27 @@ async fn certificate_rotation_hot_restarts_without_a_failed_request() {
     let cert = pki::write(&certs, "cert.pem", &leaf.cert);
     let key = pki::write(&certs, "key.pem", &leaf.key);
     let ca_path = d.join("ca.crt");
-    let agent = Agent::start(
-        d,
-        "rot",
-        tls_addr,
-        &[
-            "--tls-ca",
-            ca_path.to_str().unwrap(),
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-            "--tls-sni",
-            pki::SERVER_NAME,
-            "--workload",
-            "cart-1",
-            "--namespace",
-            "shop",
-            "--ip",
-            "127.0.0.1",
-        ],
-    );
+    let mut flags = vec![];
+    if !hot {
+        flags.push("--no-hot-restart");
+    }
+    flags.extend([
+        "--tls-ca",
+        ca_path.to_str().unwrap(),
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--tls-sni",
+        pki::SERVER_NAME,
+        "--workload",
+        "cart-1",
+        "--namespace",
+        "shop",
+        "--ip",
+        "127.0.0.1",
+    ]);
+    let agent = Agent::start(d, "rot", tls_addr, &flags);
     agent.wait_ready().await;
     wait_for_backend(listener, HOST, "web-1", LIMIT).await;
     assert_eq!(agent.restart_epoch().await, Some(0));
@@ -390,6 +401,26 @@ async fn certificate_rotation_hot_restarts_without_a_failed_request() {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, path).unwrap();
+    }
+    if !hot {
+        eventually(LIMIT, "a new Envoy after the drain", || async {
+            let now = agent.envoy_pids();
+            (now.len() == 1 && !now.contains(&parent[0])).then_some(())
+        })
+        .await;
+        agent.wait_ready().await;
+        wait_for_backend(listener, HOST, "web-1", LIMIT).await;
+        stop.store(1, Ordering::SeqCst);
+        let (ok, failed) = flow.await.unwrap();
+        println!("drain-then-restart: {ok} requests answered, {failed} failed");
+        assert_eq!(agent.restart_epoch().await, Some(0));
+        assert_eq!(
+            agent
+                .metric("tributary_agent_envoy_cold_rotations_total")
+                .await,
+            Some(1.0)
+        );
+        return;
     }
     eventually(LIMIT, "epoch 1 serving", || async {
         (agent.restart_epoch().await == Some(1)).then_some(())
@@ -541,6 +572,73 @@ async fn get_with_length(addr: SocketAddr) -> Option<(u16, String)> {
     tokio::time::timeout(Duration::from_secs(5), read)
         .await
         .ok()?
+}
+
+// The systemd unit signals only the agent (Envoy must drain, not die) and waits longer than the
+// drain; the example agent file parses (the agent gets as far as starting Envoy) and a wrong key
+// in it is refused by name.
+#[test]
+fn systemd_unit_and_example_agent_config_agree() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let unit =
+        std::fs::read_to_string(root.join("deploy/systemd/tributary-agent.service")).unwrap();
+    let value = |key: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{key}= in the unit"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(value("KillMode"), "mixed");
+    assert_eq!(value("KillSignal"), "SIGTERM");
+    assert_eq!(value("Restart"), "on-failure");
+    let secs = |s: &str| humantime_secs(s.trim_end_matches('\\').trim());
+    let stop = secs(&value("TimeoutStopSec"));
+    let drain = unit
+        .split("ExecStart=")
+        .nth(1)
+        .and_then(|exec| exec.split("--drain-time ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .map(secs)
+        .expect("--drain-time in ExecStart");
+    assert!(
+        stop > drain + 5,
+        "TimeoutStopSec {stop}s vs drain {drain}s + 5s to quit"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let run = |file: &Path| {
+        Command::new(tributary_bin())
+            .args(["agent", "--xds-addr", "127.0.0.1:1", "--ip", "127.0.0.2"])
+            .arg("--config-file")
+            .arg(file)
+            .args(["--status-addr", &loopback(free_port()).to_string()])
+            .args(["--envoy", "/nonexistent/envoy", "--config-dir"])
+            .arg(dir.path().join("cfg"))
+            .env_remove("CONSUL_HTTP_ADDR")
+            .output()
+            .unwrap()
+    };
+    let out = run(&root.join("deploy/systemd/tributary-agent.yaml"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("cannot start Envoy /nonexistent/envoy"),
+        "{err}"
+    );
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "consul:\n  servce: typo\n").unwrap();
+    let out = run(&bad);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown field `servce`"), "{err}");
+}
+
+fn humantime_secs(s: &str) -> u64 {
+    let n: u64 = s
+        .trim_end_matches('s')
+        .parse()
+        .unwrap_or_else(|_| panic!("{s} in seconds"));
+    n
 }
 
 /// `/v1/health/service/<name>` of the fake Consul: (instance id, its check's status) pairs.
