@@ -321,17 +321,32 @@ fn traffic(listener: SocketAddr, stop: Arc<AtomicU64>) -> tokio::task::JoinHandl
 // requests flow every 10 ms: none fails, and the parent is gone after the parent-shutdown time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificate_rotation_hot_restarts_without_a_failed_request() {
-    rotate_certificates(true).await;
+    rotate_certificates(Rotation::Hot).await;
 }
 
 // AGENT-3: without hot restart the rotation drains the Envoy and starts a new one at epoch 0;
 // traffic works again after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificate_rotation_without_hot_restart_drains_then_restarts() {
-    rotate_certificates(false).await;
+    rotate_certificates(Rotation::Cold).await;
 }
 
-async fn rotate_certificates(hot: bool) {
+// AGENT-3: where hot restart fails (here an Envoy wrapper that refuses epoch 1, as an Envoy denied
+// shared memory would), the agent says so and falls back to drain-then-restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_rotation_falls_back_when_hot_restart_fails() {
+    rotate_certificates(Rotation::HotUnavailable).await;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rotation {
+    Hot,
+    Cold,
+    HotUnavailable,
+}
+
+async fn rotate_certificates(mode: Rotation) {
+    let hot = mode == Rotation::Hot;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ca = pki::Ca::new("mesh root");
@@ -365,9 +380,25 @@ async fn rotate_certificates(hot: bool) {
     let cert = pki::write(&certs, "cert.pem", &leaf.cert);
     let key = pki::write(&certs, "key.pem", &leaf.key);
     let ca_path = d.join("ca.crt");
+    let wrapper = d.join("envoy-no-hot-restart.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" --restart-epoch 1 \"*)\n  echo 'cannot open shared memory region for hot restart (simulated)' >&2; exit 1;;\nesac\nexec {} \"$@\"\n",
+            envoy_bin().display()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&wrapper)
+        .status()
+        .unwrap();
     let mut flags = vec![];
-    if !hot {
-        flags.push("--no-hot-restart");
+    match mode {
+        Rotation::Hot => {}
+        Rotation::Cold => flags.push("--no-hot-restart"),
+        Rotation::HotUnavailable => flags.extend(["--envoy", wrapper.to_str().unwrap()]),
     }
     flags.extend([
         "--tls-ca",
@@ -412,7 +443,12 @@ async fn rotate_certificates(hot: bool) {
         wait_for_backend(listener, HOST, "web-1", LIMIT).await;
         stop.store(1, Ordering::SeqCst);
         let (ok, failed) = flow.await.unwrap();
-        println!("drain-then-restart: {ok} requests answered, {failed} failed");
+        println!("{mode:?} drain-then-restart: {ok} requests answered, {failed} failed");
+        if mode == Rotation::HotUnavailable {
+            let out = agent.output();
+            assert!(out.contains("hot restart failed"), "{out}");
+            assert!(out.contains("for hot restart (simulated)"), "{out}");
+        }
         assert_eq!(agent.restart_epoch().await, Some(0));
         assert_eq!(
             agent
