@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use tokio::task::JoinSet;
-use tracing::info;
+use tracing::{Instrument, info, info_span};
 
 pub use consul::{ConsulFileSection, ConsulRegistration, DEFAULT_CONSUL_ADDR};
 pub use identity::{Identity, default_route_ip, parse_labels};
@@ -117,17 +117,19 @@ pub async fn run(o: AgentOptions) -> Result<(), AgentError> {
     let metrics = Arc::new(metrics::AgentMetrics::default());
     let draining = Arc::new(AtomicBool::new(false));
     let mut tasks = JoinSet::new();
-    tasks.spawn(status::serve(
-        listener,
-        status::StatusState {
-            admin: admin.clone(),
-            metrics: Arc::clone(&metrics),
-            draining: Arc::clone(&draining),
-        },
-    ));
+    let state = status::StatusState {
+        admin: admin.clone(),
+        metrics: Arc::clone(&metrics),
+        draining: Arc::clone(&draining),
+    };
+    tasks.spawn(
+        status::serve(listener, state).instrument(info_span!("status", addr = %o.status_addr)),
+    );
     let registrar = o.consul.clone().map(consul::Registrar::new);
     if let Some(r) = registrar.clone() {
-        tasks.spawn(async move { r.register_until_done().await });
+        tasks.spawn(
+            async move { r.register_until_done().await }.instrument(info_span!("consul_register")),
+        );
     }
     info!(node_id = %o.node_id(), xds = %format!("{}:{}", o.xds_host, o.xds_port), status = %o.status_addr, "agent starting");
     let stop = supervisor::StopHooks {

@@ -52,6 +52,7 @@ impl Agent {
             // Unique per test process and agent, as the port numbers are.
             ("--base-id", base_id.as_str()),
             ("--listener-address", "127.0.0.1"),
+            ("--ip", "127.0.0.1"),
             ("--log-level", "info"),
             ("--envoy", envoy.as_str()),
         ];
@@ -253,7 +254,24 @@ async fn ready_only_after_first_config_and_a_killed_envoy_comes_back() {
         agent.metric("tributary_agent_envoy_restarts_total").await,
         Some(1.0)
     );
-    assert!(std::fs::metadata(d.join("a").join("envoy-rev0.json")).is_ok());
+    // AGENT-5: Envoy's own Prometheus stats come first.
+    let (_, prom) = http_get(agent.status, "localhost", "/stats/prometheus")
+        .await
+        .unwrap();
+    assert!(prom.contains("envoy_server_live"), "{prom}");
+    // AGENT-1: the bootstrap Envoy runs on.
+    let rev0 = std::fs::read_to_string(d.join("a").join("envoy-rev0.json")).unwrap();
+    let b: serde_json::Value = serde_json::from_str(&rev0).unwrap();
+    assert_eq!(
+        b["node"]["id"],
+        "sidecar~127.0.0.1~vm.default~default.svc.cluster.local"
+    );
+    assert_eq!(b["node"]["metadata"]["INSTANCE_IPS"], "127.0.0.1");
+    assert_eq!(b["static_resources"]["clusters"][0]["name"], "xds-grpc");
+    assert_eq!(
+        b["dynamic_resources"]["ads_config"]["api_type"],
+        "DELTA_GRPC"
+    );
 }
 
 // AGENT-2: an Envoy that fails at once every time is started 1 + budget times, then the agent
@@ -420,6 +438,14 @@ async fn rotate_certificates(mode: Rotation) {
     agent.wait_ready().await;
     wait_for_backend(listener, HOST, "web-1", LIMIT).await;
     assert_eq!(agent.restart_epoch().await, Some(0));
+    // AGENT-1: SERVICE_ACCOUNT comes from the certificate's SPIFFE ID.
+    let rev0 = std::fs::read_to_string(d.join("rot").join("envoy-rev0.json")).unwrap();
+    let b: serde_json::Value = serde_json::from_str(&rev0).unwrap();
+    assert_eq!(b["node"]["metadata"]["SERVICE_ACCOUNT"], "cart");
+    assert_eq!(
+        b["node"]["id"],
+        "sidecar~127.0.0.1~cart-1.shop~shop.svc.cluster.local"
+    );
     let parent = agent.envoy_pids();
     assert_eq!(parent.len(), 1);
 
