@@ -30,6 +30,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 /// A `tributary agent` process, killed on drop.
 struct Agent {
     child: Child,
+    base_id: u16,
     log: PathBuf,
     status: SocketAddr,
     admin: SocketAddr,
@@ -78,6 +79,7 @@ impl Agent {
             .expect("tributary agent starts");
         Agent {
             child,
+            base_id: admin_port,
             log,
             status,
             admin: loopback(admin_port),
@@ -181,6 +183,11 @@ impl Drop for Agent {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Envoy leaves its hot-restart shared memory behind (named after --base-id).
+        let _ = std::fs::remove_file(format!(
+            "/dev/shm/envoy_shared_memory_{}",
+            u32::from(self.base_id) * 10
+        ));
     }
 }
 
