@@ -241,3 +241,87 @@ impl AgentArgs {
         Ok(o)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn args(extra: &[&str]) -> AgentArgs {
+        let base = ["tributary", "agent", "--xds-addr", "tributary.mesh:15012"];
+        let cli = Cli::try_parse_from(base.iter().chain(extra)).unwrap();
+        match cli.command {
+            Some(Command::Agent(a)) => *a,
+            other => panic!("not the agent: {other:?}"),
+        }
+    }
+
+    // AGENT-1: ISTIO_META_* become metadata; labels take k=v or Istio's JSON; SNI defaults to the
+    // xDS host name; the file's consul section is overridden by flags.
+    #[test]
+    fn flags_env_and_file_resolve_into_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.yaml");
+        std::fs::write(
+            &file,
+            "consul:\n  service: billing\n  port: 8080\n  tags: [a]\n  check_interval: 5s\n",
+        )
+        .unwrap();
+        let a = args(&[
+            "--ip",
+            "10.0.0.9",
+            "--labels",
+            r#"{"app": "billing"}"#,
+            "--tls-ca",
+            "ca.pem",
+            "--tls-cert",
+            "cert.pem",
+            "--tls-key",
+            "key.pem",
+            "--config-file",
+            file.to_str().unwrap(),
+            "--consul-port",
+            "9090",
+            "--",
+            "--component-log-level",
+            "upstream:debug",
+        ]);
+        let env = [
+            ("ISTIO_META_MESH_ID".to_string(), "mesh1".to_string()),
+            ("HOME".to_string(), "/root".to_string()),
+        ];
+        let o = a.options(env.into_iter()).unwrap();
+        assert_eq!(o.identity.extra["MESH_ID"], "mesh1");
+        assert_eq!(o.identity.extra.len(), 1);
+        assert_eq!(o.identity.labels["app"], "billing");
+        assert_eq!(o.xds_host, "tributary.mesh");
+        assert_eq!(
+            o.tls.as_ref().unwrap().sni.as_deref(),
+            Some("tributary.mesh")
+        );
+        assert_eq!(o.extra_args, ["--component-log-level", "upstream:debug"]);
+        let c = o.consul.unwrap();
+        assert_eq!((c.service.as_str(), c.port), ("billing", 9090));
+        assert_eq!(c.tags, ["a"]);
+        assert_eq!(c.check_interval, Duration::from_secs(5));
+        assert_eq!(c.check_url, "http://127.0.0.1:15021/healthz/ready");
+        assert_eq!(c.id, "billing-10.0.0.9");
+        assert!(o.delta && o.hot_restart);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_flag_named() {
+        let e = args(&["--ip", "10.0.0.9", "--labels", "oops"])
+            .options(std::iter::empty())
+            .unwrap_err();
+        assert!(e.to_string().contains("key=value"), "{e}");
+        let e = args(&["--ip", "10.0.0.9", "--drain-time", "60s"])
+            .options(std::iter::empty())
+            .unwrap_err();
+        assert!(e.to_string().contains("--parent-shutdown-time"), "{e}");
+        let bad = Cli::try_parse_from(["tributary", "agent", "--xds-addr", "x:1", "--tls-ca", "c"]);
+        assert!(bad.is_err(), "--tls-ca needs --tls-cert and --tls-key");
+    }
+}
