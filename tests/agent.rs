@@ -324,6 +324,35 @@ async fn an_envoy_that_always_crashes_spends_exactly_the_budget() {
     assert!(out.contains("bogus listener (crash test)"), "{out}");
 }
 
+// AGENT-2: Envoy exiting with status 0 ends the agent with status 0, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_envoy_exit_ends_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let starts = d.join("starts");
+    let script = d.join("envoy.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho start >> {}\nexit 0\n", starts.display()),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .unwrap();
+    let mut agent = Agent::start(
+        d,
+        "clean",
+        loopback(free_port()),
+        &["--envoy", script.to_str().unwrap()],
+    );
+    let status = agent.wait_exit(LIMIT);
+    assert!(status.success(), "{status}:\n{}", agent.tail());
+    let count = std::fs::read_to_string(&starts).unwrap().lines().count();
+    assert_eq!(count, 1, "no restart after a clean exit");
+}
+
 /// Requests through `listener` every 10 ms until `stop`; counts (ok, failed).
 fn traffic(listener: SocketAddr, stop: Arc<AtomicU64>) -> tokio::task::JoinHandle<(u64, u64)> {
     tokio::spawn(async move {

@@ -180,10 +180,10 @@ impl Supervisor {
         envoy: EnvoyProc,
         status: std::io::Result<ExitStatus>,
     ) -> Result<Next, AgentError> {
+        let clean = matches!(&status, Ok(s) if s.success());
         let status = status
             .map(|s| s.to_string())
             .unwrap_or_else(|e| format!("unknown ({e})"));
-        let clean = status == "exit status: 0";
         if clean {
             info!(epoch = envoy.epoch, "Envoy exited cleanly; the agent stops");
             self.stop.stopping().await;
