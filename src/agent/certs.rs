@@ -22,6 +22,8 @@ pub struct CertWatch {
     files: Vec<PathBuf>,
     last: u64,
     wake: mpsc::Receiver<()>,
+    /// A wake-up was seen; the files are read at this time.
+    settle_until: Option<tokio::time::Instant>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
 
@@ -43,6 +45,7 @@ impl CertWatch {
                 files,
                 last,
                 wake,
+                settle_until: None,
                 _watcher: None,
             });
         }
@@ -69,17 +72,28 @@ impl CertWatch {
             files,
             last,
             wake,
+            settle_until: None,
             _watcher: Some(watcher),
         })
     }
 
-    /// Resolves when the files' content changed since the last time it resolved (cancel-safe).
+    /// Resolves when the files' content changed since the last time it resolved. Cancel-safe: a
+    /// wake-up seen before the future was dropped is remembered in `settle_until`.
     pub async fn changed(&mut self) {
         loop {
-            if self.wake.recv().await.is_none() {
-                return std::future::pending().await;
-            }
-            tokio::time::sleep(SETTLE).await;
+            let until = match self.settle_until {
+                Some(t) => t,
+                None => {
+                    if self.wake.recv().await.is_none() {
+                        return std::future::pending().await;
+                    }
+                    *self
+                        .settle_until
+                        .insert(tokio::time::Instant::now() + SETTLE)
+                }
+            };
+            tokio::time::sleep_until(until).await;
+            self.settle_until = None;
             while self.wake.try_recv().is_ok() {}
             let now = fingerprint(&self.files);
             if now != self.last {
@@ -120,5 +134,21 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), w.changed())
             .await
             .expect("a renamed-over certificate is a rotation");
+    }
+
+    #[tokio::test]
+    async fn a_change_seen_by_a_dropped_wait_is_not_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key.pem");
+        std::fs::write(&key, "one").unwrap();
+        let mut w = CertWatch::new(vec![key.clone()]).unwrap();
+        std::fs::write(&key, "two").unwrap();
+        // The first wait sees the event, then is dropped while settling (as when another branch
+        // of the agent's select wins).
+        let early = tokio::time::timeout(SETTLE / 2 + Duration::from_millis(50), w.changed()).await;
+        assert!(early.is_err(), "still settling");
+        tokio::time::timeout(Duration::from_secs(5), w.changed())
+            .await
+            .expect("the change seen before the drop still counts");
     }
 }
