@@ -37,7 +37,7 @@ pub struct ConsulFileSection {
     pub token: Option<String>,
     /// The service name to register.
     pub service: Option<String>,
-    /// The instance id [default: `<service>-<ip>`].
+    /// The instance id (default: `<service>-<ip>`).
     pub id: Option<String>,
     /// The application's port.
     pub port: Option<u16>,

@@ -43,7 +43,7 @@ pub struct AgentArgs {
     /// The Envoy binary [default: `envoy` on PATH].
     #[arg(long, env = "ENVOY_BINARY", default_value = "envoy")]
     pub envoy: PathBuf,
-    /// Node id [default: sidecar~<ip>~<workload>.<namespace>~<namespace>.svc.cluster.local].
+    /// Node id [default: `sidecar~IP~WORKLOAD.NAMESPACE~NAMESPACE.svc.cluster.local`].
     #[arg(long)]
     pub node_id: Option<String>,
     /// Workload name.
@@ -71,7 +71,7 @@ pub struct AgentArgs {
     /// Envoy's admin port on 127.0.0.1.
     #[arg(long, default_value_t = 15000)]
     pub envoy_admin_port: u16,
-    /// Where envoy-rev<epoch>.json is written.
+    /// Where `envoy-rev<epoch>.json` is written.
     #[arg(long, default_value = "/var/lib/tributary/proxy")]
     pub config_dir: PathBuf,
     /// Envoy's drain time, and the longest a shutdown waits for connections (whole seconds).
@@ -113,7 +113,7 @@ pub struct AgentArgs {
     /// Register this service in Consul (registration is off without it).
     #[arg(long)]
     pub consul_service: Option<String>,
-    /// The Consul instance id [default: <service>-<ip>].
+    /// The Consul instance id (default: `<service>-<ip>`).
     #[arg(long)]
     pub consul_id: Option<String>,
     /// The application's port.
