@@ -23,6 +23,8 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
+  # Envoy leaves its hot-restart shared memory (named after --base-id 16) behind.
+  rm -f /dev/shm/envoy_shared_memory_160
 }
 trap cleanup EXIT
 
