@@ -5,6 +5,7 @@
 //! on loopback, and the node identity (plus an optional listener bind address in node metadata, so
 //! several Envoys can share one machine). The output is YAML Envoy reads with `-c`.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -31,6 +32,8 @@ pub struct BootstrapOptions {
     pub delta: bool,
     /// Connect over mTLS (tributary's 15012) instead of plaintext.
     pub tls: Option<BootstrapTls>,
+    /// More node metadata (`tributary agent` sets Istio's `NAMESPACE`, `LABELS`, ...).
+    pub metadata: BTreeMap<String, serde_json::Value>,
 }
 
 /// The files and name Envoy uses to reach tributary over mTLS.
@@ -59,13 +62,19 @@ pub fn render(o: &BootstrapOptions) -> String {
     let _ = writeln!(y, "node:");
     let _ = writeln!(y, "  id: {}", yaml_str(&o.node_id));
     let _ = writeln!(y, "  cluster: {}", yaml_str(&o.cluster));
-    if let Some(ip) = o.listener_address {
+    if o.listener_address.is_some() || !o.metadata.is_empty() {
         let _ = writeln!(y, "  metadata:");
+    }
+    if let Some(ip) = o.listener_address {
         let _ = writeln!(
             y,
             "    {LISTENER_ADDRESS_KEY}: {}",
             yaml_str(&ip.to_string())
         );
+    }
+    for (key, value) in &o.metadata {
+        // JSON is YAML: a flow value of any shape on one line.
+        let _ = writeln!(y, "    {}: {value}", yaml_str(key));
     }
     let api_type = if o.delta { "DELTA_GRPC" } else { "GRPC" };
     let _ = write!(
@@ -109,6 +118,13 @@ static_resources:
         render_tls(&mut y, tls);
     }
     y
+}
+
+/// Renders the same bootstrap as JSON (Envoy picks the parser from the file's extension; the
+/// agent writes `envoy-rev<epoch>.json`, as pilot-agent does).
+pub fn render_json(o: &BootstrapOptions) -> Result<String, serde_yaml::Error> {
+    let v: serde_json::Value = serde_yaml::from_str(&render(o))?;
+    Ok(serde_json::to_string_pretty(&v).expect("a JSON value always serializes"))
 }
 
 /// The xDS cluster's `transport_socket`: mTLS with ALPN `h2` (gRPC), the proxy's certificate, and
@@ -169,7 +185,29 @@ mod tests {
             listener_address: None,
             delta: false,
             tls: None,
+            metadata: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn metadata_and_json_output() {
+        let mut metadata = BTreeMap::new();
+        metadata.insert("NAMESPACE".to_string(), serde_json::json!("vm"));
+        metadata.insert(
+            "LABELS".to_string(),
+            serde_json::json!({"app": "a:b #c", "version": "v1"}),
+        );
+        let o = BootstrapOptions {
+            metadata,
+            listener_address: Some("127.0.0.4".parse().unwrap()),
+            ..opts()
+        };
+        let v: serde_json::Value = serde_json::from_str(&render_json(&o).unwrap()).unwrap();
+        assert_eq!(v["node"]["metadata"]["NAMESPACE"], "vm");
+        assert_eq!(v["node"]["metadata"]["LABELS"]["app"], "a:b #c");
+        assert_eq!(v["node"]["metadata"][LISTENER_ADDRESS_KEY], "127.0.0.4");
+        assert_eq!(v["static_resources"]["clusters"][0]["name"], "xds-grpc");
+        assert_eq!(v["admin"]["address"]["socket_address"]["port_value"], 15000);
     }
 
     #[test]

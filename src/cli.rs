@@ -7,6 +7,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::bootstrap::{self, BootstrapOptions, BootstrapTls};
 
+mod agent_args;
+pub use agent_args::AgentArgs;
+
 /// Where `tributary bootstrap --tls` points Envoy by default: the mTLS port on loopback.
 const DEFAULT_TLS_BOOTSTRAP_ADDR: &str = "127.0.0.1:15012";
 use crate::config::{Config, Overrides};
@@ -52,6 +55,11 @@ pub enum Command {
     ///
     /// `tributary bootstrap --node-id demo > envoy.yaml && envoy -c envoy.yaml`
     Bootstrap(BootstrapArgs),
+    /// Run Envoy on a VM and keep it alive (pilot-agent): bootstrap, restarts, hot restart on
+    /// certificate rotation, graceful drain, status port, optional Consul registration.
+    ///
+    /// `tributary agent --xds-addr tributary.mesh:15010 --consul-service web --consul-port 8080`
+    Agent(Box<AgentArgs>),
 }
 
 /// Flags of `tributary bootstrap`.
@@ -133,6 +141,7 @@ impl BootstrapArgs {
             listener_address: self.listener_address,
             delta: self.delta,
             tls,
+            metadata: Default::default(),
         })
     }
 }
@@ -177,6 +186,10 @@ impl Cli {
             Some(Command::Bootstrap(args)) => {
                 print!("{}", bootstrap::render(&args.options()?));
                 Ok(())
+            }
+            Some(Command::Agent(args)) => {
+                let options = args.options(std::env::vars())?;
+                Ok(crate::agent::run(options).await?)
             }
             None => {
                 let source = self

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod agent;
 pub mod aggregate;
 pub mod bootstrap;
 pub mod cli;

@@ -10,7 +10,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = tributary::cli::Cli::parse();
-    if cli.command.is_none() {
+    if !matches!(cli.command, Some(tributary::cli::Command::Bootstrap(_))) {
         cli.init_tracing();
     }
     cli.run().await

@@ -18,6 +18,7 @@
 //!   measurements and "which index was sent" checks.
 
 mod agent;
+mod checks;
 mod instance;
 mod json;
 mod server;
@@ -32,6 +33,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use checks::HttpCheck;
 pub use instance::{CheckStatus, Instance};
 use state::Catalog;
 
@@ -129,6 +131,8 @@ struct Inner {
     counts: [AtomicU64; 4],
     /// Blocking reads (`index` > 0) being answered now, and the most there ever were.
     blocking: [AtomicU64; 2],
+    /// HTTP checks being run.
+    checkers: Mutex<checks::Checkers>,
 }
 
 impl Inner {
@@ -138,6 +142,10 @@ impl Inner {
 
     fn control(&self) -> MutexGuard<'_, Control> {
         self.control.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn checkers(&self) -> MutexGuard<'_, checks::Checkers> {
+        self.checkers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn changed(&self) {
@@ -163,6 +171,7 @@ pub struct FakeConsul {
 impl Drop for FakeConsul {
     fn drop(&mut self) {
         self.task.abort();
+        self.inner.checkers().stop_all();
     }
 }
 
@@ -184,6 +193,7 @@ impl FakeConsul {
             log: Mutex::new(Vec::new()),
             counts: Default::default(),
             blocking: Default::default(),
+            checkers: Mutex::default(),
         });
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
@@ -206,8 +216,14 @@ impl FakeConsul {
         self.inner.write(|c| c.upsert(instance.record()));
     }
 
+    /// The HTTP checks being run (registered through the agent API).
+    pub fn http_checks(&self) -> Vec<HttpCheck> {
+        self.inner.checkers().list()
+    }
+
     /// Removes instance `id`; whether it existed.
     pub fn deregister(&self, id: &str) -> bool {
+        self.inner.checkers().stop(id);
         self.inner.write(|c| c.remove(id))
     }
 

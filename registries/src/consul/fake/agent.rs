@@ -3,17 +3,19 @@
 //! `PUT /v1/agent/check/{pass,warn,fail}/<check id>`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use http::StatusCode;
 use serde_json::Value;
 
 use super::Inner;
+use super::checks::HttpCheck;
 use super::server::{Reply, json_reply, text};
 use super::state::{AGENT_NODE, InstanceRecord};
 
 /// The agent write API.
 pub(super) fn write(
-    inner: &Inner,
+    inner: &Arc<Inner>,
     path: &str,
     query: &BTreeMap<String, String>,
     body: &[u8],
@@ -24,8 +26,10 @@ pub(super) fn write(
     };
     if path == "/v1/agent/service/register" {
         return match registration(body) {
-            Ok(instance) => {
+            Ok((instance, http)) => {
+                let id = instance.id.clone();
                 inner.write(|c| c.upsert(instance));
+                inner.checkers().replace(inner, &id, http);
                 json_reply(StatusCode::OK, String::new(), None)
             }
             Err(e) => text(
@@ -35,6 +39,7 @@ pub(super) fn write(
         };
     }
     if let Some(id) = path.strip_prefix("/v1/agent/service/deregister/") {
+        inner.checkers().stop(id);
         return found(inner.write(|c| c.remove(id)), "service ID");
     }
     if let Some(id) = path.strip_prefix("/v1/agent/service/maintenance/") {
@@ -61,9 +66,9 @@ pub(super) fn write(
     )
 }
 
-/// An agent service definition (`PUT /v1/agent/service/register`). Keys are matched without case,
-/// as the agent does.
-fn registration(body: &[u8]) -> Result<InstanceRecord, String> {
+/// An agent service definition (`PUT /v1/agent/service/register`) and its HTTP checks. Keys are
+/// matched without case, as the agent does.
+fn registration(body: &[u8]) -> Result<(InstanceRecord, Vec<HttpCheck>), String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     let name = field(&v, "Name")
         .and_then(Value::as_str)
@@ -107,11 +112,12 @@ fn registration(body: &[u8]) -> Result<InstanceRecord, String> {
     let single = field(&v, "Check");
     definitions.extend(single);
     let numbered = definitions.len() > 1;
+    let mut http = Vec::new();
     let checks = definitions
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let id = field(c, "CheckID")
+            let check_id = field(c, "CheckID")
                 .or_else(|| field(c, "ID"))
                 .and_then(Value::as_str)
                 .map(str::to_string)
@@ -119,14 +125,16 @@ fn registration(body: &[u8]) -> Result<InstanceRecord, String> {
                     true => format!("service:{id}:{}", i + 1),
                     false => format!("service:{id}"),
                 });
+            let text = |key: &str| field(c, key).and_then(Value::as_str).map(str::to_string);
+            http.extend(HttpCheck::parse(&check_id, &id, text)?);
             // A new check starts critical unless its definition says otherwise, as in Consul.
             let status = field(c, "Status")
                 .and_then(Value::as_str)
                 .unwrap_or("critical");
-            (id, status.to_string())
+            Ok((check_id, status.to_string()))
         })
-        .collect();
-    Ok(InstanceRecord {
+        .collect::<Result<_, String>>()?;
+    let record = InstanceRecord {
         id,
         service: name,
         node: AGENT_NODE.to_string(),
@@ -143,7 +151,8 @@ fn registration(body: &[u8]) -> Result<InstanceRecord, String> {
             .unwrap_or("")
             .to_string(),
         checks,
-    })
+    };
+    Ok((record, http))
 }
 
 fn field<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
@@ -164,14 +173,15 @@ mod tests {
             "Tags": ["v1", "version=v1"], "Meta": {"protocol": "http"},
             "Weights": {"Passing": 3, "Warning": 1},
             "Check": {"TTL": "1h", "Status": "passing"}}"#;
-        let r = registration(body).unwrap();
+        let (r, http) = registration(body).unwrap();
+        assert!(http.is_empty(), "a TTL check is not run");
         assert_eq!(
             (r.id.as_str(), r.service.as_str(), r.port),
             ("web-1", "web", 8080)
         );
         assert_eq!(r.weights, (3, 1));
         assert_eq!(r.checks["service:web-1"], "passing");
-        let r = registration(
+        let (r, _) = registration(
             br#"{"name": "db", "port": 5432, "checks": [{"ttl": "1m"}, {"ttl": "1m"}]}"#,
         )
         .unwrap();
@@ -182,5 +192,15 @@ mod tests {
         );
         assert_eq!(r.checks.len(), 2);
         assert!(registration(b"{}").is_err());
+        let (_, http) = registration(
+            br#"{"Name": "vm", "ID": "vm-1", "Port": 80,
+                "Check": {"HTTP": "http://127.0.0.1:1/healthz/ready", "Interval": "1s", "Timeout": "500ms"}}"#,
+        )
+        .unwrap();
+        assert_eq!(http[0].check_id, "service:vm-1");
+        assert_eq!(http[0].interval, std::time::Duration::from_secs(1));
+        assert_eq!(http[0].timeout, std::time::Duration::from_millis(500));
+        let no_interval = registration(br#"{"Name": "vm", "Check": {"HTTP": "http://x/"}}"#);
+        assert!(no_interval.unwrap_err().contains("Interval must be > 0"));
     }
 }

@@ -284,3 +284,96 @@ async fn the_agent_api_writes_like_a_real_agent() {
     assert_eq!(counts.writes, 5);
     assert_eq!(counts.health, 3);
 }
+
+/// An HTTP endpoint whose answer status can be changed; stops when dropped.
+struct Endpoint {
+    url: String,
+    status: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn endpoint(status: u16) -> Endpoint {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/healthz/ready", listener.local_addr().unwrap());
+    let status = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(status));
+    let answer = std::sync::Arc::clone(&status);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
+            let code = answer.load(std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let reply =
+                    format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = s.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    Endpoint { url, status, task }
+}
+
+// HTTP checks registered through the agent API are run: 2xx passing, 429 warning, anything else
+// or no answer critical; deregistration stops them.
+#[tokio::test]
+async fn http_checks_run_like_a_real_agent() {
+    let fake = FakeConsul::start().await;
+    let c = client(&fake, "{}");
+    let ep = endpoint(200).await;
+    let body = format!(
+        r#"{{"ID": "vm-1", "Name": "billing", "Address": "10.9.0.1", "Port": 9000,
+        "Check": {{"HTTP": "{}", "Interval": "50ms", "Timeout": "1s"}}}}"#,
+        ep.url
+    );
+    assert_eq!(put(&fake, "/v1/agent/service/register", &body).await, 200);
+    assert_eq!(fake.http_checks()[0].url, ep.url);
+    let status = || async {
+        let h = c.health("billing", blocking(0, 0)).await.unwrap();
+        h.body[0]
+            .checks
+            .iter()
+            .find(|k| k.check_id == "service:vm-1")
+            .map(|k| k.status.clone())
+            .unwrap_or_default()
+    };
+    let until = |want: &'static str| {
+        let status = &status;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let got = status().await;
+                if got == want {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "check stayed {got}, wanted {want}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    until("passing").await;
+    ep.status.store(429, std::sync::atomic::Ordering::SeqCst);
+    until("warning").await;
+    ep.status.store(503, std::sync::atomic::Ordering::SeqCst);
+    until("critical").await;
+    ep.status.store(200, std::sync::atomic::Ordering::SeqCst);
+    until("passing").await;
+    drop(ep);
+    until("critical").await;
+    assert_eq!(
+        put(&fake, "/v1/agent/service/deregister/vm-1", "").await,
+        200
+    );
+    assert!(fake.http_checks().is_empty());
+}
