@@ -5,6 +5,7 @@
 //! named by port, listeners `0.0.0.0_<port>`. Anything Envoy would reject is caught here and
 //! reported as a [`ConfigIssue`] against the input object, never sent (INV-7, REG-12).
 
+mod api_listener;
 mod cluster;
 mod endpoint;
 #[cfg(test)]
@@ -18,6 +19,7 @@ mod route;
 #[cfg(test)]
 mod validate;
 
+pub use api_listener::{api_listener_name, api_listeners_for};
 pub use cluster::clusters_for;
 pub use endpoint::load_assignments_for;
 pub use listener::listener_for_port;

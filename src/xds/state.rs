@@ -9,7 +9,6 @@
 //! which are bounded by the subscription. Nothing that was sent is copied.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -20,7 +19,7 @@ use super::connections::TypeStatus;
 use super::response::empty_cla;
 use super::subscription::{Change, Subscription};
 use crate::envoy::ResourceType;
-use crate::snapshot::{Snapshot, TypeResources, TypeVersion};
+use crate::snapshot::{Snapshot, TypeResources, TypeVersion, View};
 
 /// Longest NACK message kept per type. Envoy's messages name the resource and the field at fault
 /// and fit easily; a client sending megabytes of error text must not grow server memory.
@@ -352,7 +351,7 @@ impl TypeState {
     pub(crate) fn build(
         &mut self,
         snap: &Snapshot,
-        bind: Option<IpAddr>,
+        view: View,
         retain_from: Option<&Snapshot>,
         full_sets: &FullSetCache,
     ) -> Option<Built> {
@@ -362,7 +361,7 @@ impl TypeState {
         if !self.subscribed() {
             return None;
         }
-        let res = snap.resources_for(self.ty, bind);
+        let res = snap.resources_for(self.ty, view);
         let mut built = Built {
             version: res.version,
             entries: Vec::new(),
@@ -393,7 +392,7 @@ impl TypeState {
             if self.sub.wildcard {
                 // Every wildcard stream sends these same bytes: one shared chunk.
                 if !res.is_empty() {
-                    built.entries.push(full_sets.get(self.ty, bind, &res));
+                    built.entries.push(full_sets.get(self.ty, view, &res));
                 }
                 // Warming scope (SOTW-32): what this response adds or changes for the client.
                 built.warming = match (pending.all, snap.changes_since(self.ty, since)) {
@@ -419,7 +418,7 @@ impl TypeState {
                     .changes_since(self.ty, since)
                     .map(|c| c.removed)
                     .unwrap_or_default();
-                let prev = prev.resources_for(self.ty, bind);
+                let prev = prev.resources_for(self.ty, view);
                 for name in removed.iter().filter(|n| self.sub.covers(n)) {
                     if let Some(e) = prev.get(name) {
                         built.version.add(name, e.resource.hash);
@@ -479,7 +478,7 @@ impl TypeState {
         {
             // Every resource of the type (a proxy's first EDS answer for all its clusters): the
             // same bytes for every such stream, shared whole in name order (see `cache.rs`).
-            built.entries = vec![full_sets.get(self.ty, bind, &res)];
+            built.entries = vec![full_sets.get(self.ty, view, &res)];
         }
         Some(built)
     }
