@@ -31,6 +31,8 @@
 //! first request must match it (SEC-2) or the stream ends with `PERMISSION_DENIED` before any
 //! config is generated.
 //!
+//! - serves client status (CSDS, `csds.rs`) from the same connection registry and snapshot.
+//!
 //! What it does not do: TTL/heartbeats (SOTW-38, DELTA-20), delta aliases and resource locators,
 //! TLS itself, admission rate limiting, keepalive and connection-age settings (those belong to
 //! the `tonic::transport::Server` the caller builds), and HTTP debug endpoints (the admin module
@@ -49,6 +51,7 @@
 mod body;
 mod cache;
 mod connections;
+mod csds;
 mod delta;
 mod driver;
 mod metrics;
@@ -60,6 +63,7 @@ mod stream;
 mod subscription;
 
 pub use connections::{ConnectionInfo, Connections, SyncStatus, TypeStatus};
+pub use csds::CsdsService;
 pub use node::{LISTENER_ADDRESS_KEY, NodeError, NodeInfo};
 pub use service::{AdsService, CdsService, EdsService, LdsService, RdsService};
 pub use state::MAX_ERROR_BYTES;
@@ -187,6 +191,14 @@ impl XdsServer {
             .add_service(s.eds)
             .add_service(s.lds)
             .add_service(s.rds)
+    }
+
+    /// The client status service (CSDS) over this server's connections and snapshot store.
+    pub fn csds(&self) -> CsdsService {
+        CsdsService {
+            connections: self.shared.connections.clone(),
+            store: self.shared.store.clone(),
+        }
     }
 
     /// Starts draining: new streams are refused and live ones end with `UNAVAILABLE` (TRANS-8).

@@ -69,6 +69,8 @@ pub(super) fn spawn(
     stop: &CancellationToken,
 ) {
     let mut routes = xds.routes();
+    // Client status (CSDS) on the plaintext port only: it shows every client's config.
+    routes = routes.add_service(xds.csds().into_server());
     if let Some(control) = control {
         // The mock control API is plaintext-only: never on the network port.
         routes = routes.add_service(control.into_server());

@@ -96,6 +96,8 @@ pub(crate) struct TypeState {
     sub: Subscription,
     requested: bool,
     sent: Option<Sent>,
+    /// EDS/RDS: the names the last response carried, for client status (CSDS).
+    last_names: Option<Arc<[Arc<str>]>>,
     /// `sent` before the currently staged response, restored if that response is recalled.
     before_staged: Option<Option<Sent>>,
     acked: Option<(Arc<str>, String)>,
@@ -138,6 +140,7 @@ impl TypeState {
             sub: Subscription::default(),
             requested: false,
             sent: None,
+            last_names: None,
             before_staged: None,
             acked: None,
             last_error: None,
@@ -491,6 +494,9 @@ impl TypeState {
             version,
             at: SystemTime::now(),
         });
+        if !self.ty.full_state_in_sotw() {
+            self.last_names = Some(names.into());
+        }
         if self.ty == ResourceType::Endpoint {
             for n in names {
                 self.warming.remove(n);
@@ -532,6 +538,7 @@ impl TypeState {
             acked_nonce: self.acked.as_ref().map(|a| Arc::clone(&a.0)),
             acked_version: self.acked.as_ref().map(|a| a.1.clone()),
             last_error: self.last_error.clone(),
+            last_names: self.last_names.clone(),
         }
     }
 }

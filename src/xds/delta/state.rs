@@ -440,6 +440,7 @@ impl DeltaState {
             acked_nonce: self.acked.as_ref().map(|a| Arc::clone(&a.0)),
             acked_version: self.acked.as_ref().map(|a| a.1.clone()),
             last_error: self.last_error.clone(),
+            last_names: None,
         }
     }
 }
