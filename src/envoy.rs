@@ -10,6 +10,7 @@ mod cluster;
 mod endpoint;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod json;
 mod listener;
 mod naming;
 mod pb;
