@@ -16,6 +16,7 @@ mod naming;
 mod pb;
 mod port_plan;
 mod resource;
+mod rest_source;
 mod route;
 #[cfg(test)]
 mod validate;
@@ -27,6 +28,9 @@ pub use listener::listener_for_port;
 pub use naming::cluster_name;
 pub use resource::{ContentHash, EncodedResource};
 pub(crate) use resource::{put_string_field, string_field_len};
+pub use rest_source::{
+    REST_REFRESH_DELAY, REST_XDS_CLUSTER, RestSourceError, for_rest, rest_config_source,
+};
 pub use route::route_config_for_port;
 
 use std::fmt;
