@@ -3,7 +3,7 @@
 The xDS bootstrap comes from GRPC_XDS_BOOTSTRAP, as for any grpcio application. Every
 `--interval-ms` it calls SayHello (no wait-for-ready, so resolver errors show at once) and prints one
 JSON line: {"ok": true, "reply": ...} or {"ok": false, "code": ..., "details": ...}. Stops after
-`--seconds` or when stdin closes, so it never outlives the test that started it.
+`--seconds` or when stdin closes (unless --ignore-stdin), so it never outlives the test that started it.
 """
 import argparse
 import json
@@ -21,9 +21,11 @@ def main() -> None:
     parser.add_argument("--target", required=True)
     parser.add_argument("--interval-ms", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=90)
+    parser.add_argument("--ignore-stdin", action="store_true")
     args = parser.parse_args()
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    if not args.ignore_stdin:
+        threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     channel = grpc.insecure_channel(args.target)
     call = channel.unary_unary(METHOD)
     deadline = time.monotonic() + args.seconds

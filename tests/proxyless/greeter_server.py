@@ -3,10 +3,11 @@
 Each `--serve ADDR=NAME` starts a grpcio server on ADDR whose replies say NAME, so a test can tell
 which backend answered. Messages are the helloworld protos, encoded by hand (field 1, a string) so
 no generated code is needed. Prints `ready` once every server listens; runs until killed or stdin
-closes.
+closes (or, with --ignore-stdin, until killed).
 """
 import argparse
 import sys
+import threading
 from concurrent import futures
 
 import grpc
@@ -56,6 +57,7 @@ def handler(name: str):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--serve", action="append", required=True, help="ADDR=NAME")
+    parser.add_argument("--ignore-stdin", action="store_true", help="run until killed")
     args = parser.parse_args()
     servers = []
     for spec in args.serve:
@@ -67,6 +69,8 @@ def main() -> None:
         server.start()
         servers.append(server)
     print("ready", flush=True)
+    if args.ignore_stdin:
+        threading.Event().wait()
     sys.stdin.read()
     for server in servers:
         server.stop(0)
