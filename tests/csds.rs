@@ -2,6 +2,8 @@
 //! Envoy stubs `grpcio-csds` brings) while a real Envoy, a real grpcio proxyless client and a raw
 //! client that NACKs are connected: every client listed, each resource with its status.
 
+#![allow(clippy::unwrap_used)]
+
 mod envoy_harness;
 mod proxyless;
 

@@ -3,6 +3,8 @@
 //! `removed_resources` when they do not (DELTA-10, PG-1), and sent again when they appear; an Envoy
 //! node's wildcard LDS on the same server never holds them (PG-4).
 
+#![allow(clippy::unwrap_used)]
+
 mod envoy_harness;
 mod proxyless;
 

@@ -4,6 +4,8 @@
 //! resolver's error, and re-adding it brings them back. A missing Python package or Node module is
 //! a failure that says how to install it.
 
+#![allow(clippy::unwrap_used)]
+
 mod envoy_harness;
 mod proxyless;
 

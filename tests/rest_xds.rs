@@ -2,6 +2,8 @@
 //! `tributary bootstrap --rest` prints polls CDS/LDS/EDS/RDS as JSON over HTTP/1.1, routes traffic
 //! and follows an endpoint change; a raw poll with the current version gets 304, bad input 400.
 
+#![allow(clippy::unwrap_used)]
+
 mod envoy_harness;
 
 use std::net::SocketAddr;
