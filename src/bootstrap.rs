@@ -2,7 +2,8 @@
 //!
 //! ADS over gRPC (HTTP/2) to tributary's xDS address, state-of-the-world (`GRPC`) or incremental
 //! (`DELTA_GRPC`, `--delta`), CDS and LDS through ADS, the admin interface
-//! on loopback, and the node identity (plus an optional listener bind address in node metadata, so
+//! on loopback (or, with `--rest`, CDS and LDS polled as REST-JSON over HTTP/1.1), and the node
+//! identity (plus an optional listener bind address in node metadata, so
 //! several Envoys can share one machine). The output is YAML Envoy reads with `-c`.
 
 use std::collections::BTreeMap;
@@ -30,6 +31,8 @@ pub struct BootstrapOptions {
     pub listener_address: Option<IpAddr>,
     /// Incremental xDS (`DELTA_GRPC`) instead of state-of-the-world (`GRPC`).
     pub delta: bool,
+    /// Poll CDS and LDS as REST-JSON over HTTP/1.1 instead of ADS over gRPC (REST-1).
+    pub rest: bool,
     /// Connect over mTLS (tributary's 15012) instead of plaintext.
     pub tls: Option<BootstrapTls>,
     /// More node metadata (`tributary agent` sets Istio's `NAMESPACE`, `LABELS`, ...).
@@ -75,6 +78,10 @@ pub fn render(o: &BootstrapOptions) -> String {
     for (key, value) in &o.metadata {
         // JSON is YAML: a flow value of any shape on one line.
         let _ = writeln!(y, "    {}: {value}", yaml_str(key));
+    }
+    if o.rest {
+        render_rest(&mut y, o, xds_type, host);
+        return y;
     }
     let api_type = if o.delta { "DELTA_GRPC" } else { "GRPC" };
     let _ = write!(
@@ -125,6 +132,43 @@ static_resources:
 pub fn render_json(o: &BootstrapOptions) -> Result<String, serde_yaml::Error> {
     let v: serde_json::Value = serde_yaml::from_str(&render(o))?;
     Ok(serde_json::to_string_pretty(&v).expect("a JSON value always serializes"))
+}
+
+/// The REST form (REST-1): CDS and LDS polled over HTTP/1.1 from the `xds-grpc` cluster, whose
+/// clusters and listeners then point EDS and RDS at the same REST source.
+fn render_rest(y: &mut String, o: &BootstrapOptions, xds_type: &str, host: &str) {
+    let source = format!(
+        "{{ resource_api_version: V3, api_config_source: {{ api_type: REST, transport_api_version: V3, \
+         cluster_names: [{cluster}], refresh_delay: {delay}s, request_timeout: 5s }} }}",
+        cluster = crate::envoy::REST_XDS_CLUSTER,
+        delay = crate::envoy::REST_REFRESH_DELAY.as_secs(),
+    );
+    let _ = write!(
+        y,
+        r#"admin:
+  address:
+    socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }}
+dynamic_resources:
+  cds_config: {source}
+  lds_config: {source}
+static_resources:
+  clusters:
+    - name: {cluster}
+      type: {xds_type}
+      connect_timeout: 1s
+      load_assignment:
+        cluster_name: {cluster}
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: {{ address: {host}, port_value: {xds_port} }}
+"#,
+        admin_port = o.admin_port,
+        xds_port = o.xds_port,
+        host = yaml_str(host),
+        cluster = crate::envoy::REST_XDS_CLUSTER,
+    );
 }
 
 /// The xDS cluster's `transport_socket`: mTLS with ALPN `h2` (gRPC), the proxy's certificate, and
@@ -184,6 +228,7 @@ mod tests {
             admin_port: 15000,
             listener_address: None,
             delta: false,
+            rest: false,
             tls: None,
             metadata: BTreeMap::new(),
         }
@@ -208,6 +253,25 @@ mod tests {
         assert_eq!(v["node"]["metadata"][LISTENER_ADDRESS_KEY], "127.0.0.4");
         assert_eq!(v["static_resources"]["clusters"][0]["name"], "xds-grpc");
         assert_eq!(v["admin"]["address"]["socket_address"]["port_value"], 15000);
+    }
+
+    #[test]
+    fn rest_polls_cds_and_lds_over_http1() {
+        // REST-1: REST config sources against the `xds-grpc` cluster, no ADS, no HTTP/2 options.
+        let y = render(&BootstrapOptions {
+            rest: true,
+            ..opts()
+        });
+        let v: serde_yaml::Value = serde_yaml::from_str(&y).unwrap();
+        for key in ["cds_config", "lds_config"] {
+            let src = &v["dynamic_resources"][key]["api_config_source"];
+            assert_eq!(src["api_type"], "REST");
+            assert_eq!(src["cluster_names"][0], "xds-grpc");
+        }
+        assert!(v["dynamic_resources"]["ads_config"].is_null());
+        let c = &v["static_resources"]["clusters"][0];
+        assert_eq!(c["name"], "xds-grpc");
+        assert!(c["typed_extension_protocol_options"].is_null());
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub struct BootstrapArgs {
     /// Use incremental (delta) xDS: `api_type: DELTA_GRPC`. Envoy then receives only what changed.
     #[arg(long)]
     pub delta: bool,
+    /// Poll CDS and LDS as REST-JSON (`POST /v3/discovery:*` over HTTP/1.1) instead of ADS over
+    /// gRPC; EDS and RDS follow over REST too.
+    #[arg(long, conflicts_with_all = ["delta", "tls"])]
+    pub rest: bool,
     /// Connect to tributary's mTLS xDS port (15012): needs --tls-ca, --tls-cert and --tls-key.
     #[arg(long, requires_all = ["tls_ca", "tls_cert", "tls_key"])]
     pub tls: bool,
@@ -140,6 +144,7 @@ impl BootstrapArgs {
             admin_port: self.admin_port,
             listener_address: self.listener_address,
             delta: self.delta,
+            rest: self.rest,
             tls,
             metadata: Default::default(),
         })

@@ -5,6 +5,7 @@
 //! named by port, listeners `0.0.0.0_<port>`. Anything Envoy would reject is caught here and
 //! reported as a [`ConfigIssue`] against the input object, never sent (INV-7, REG-12).
 
+mod api_listener;
 mod cluster;
 mod endpoint;
 #[cfg(test)]
@@ -15,16 +16,21 @@ mod naming;
 mod pb;
 mod port_plan;
 mod resource;
+mod rest_source;
 mod route;
 #[cfg(test)]
 mod validate;
 
+pub use api_listener::{api_listener_name, api_listeners_for};
 pub use cluster::clusters_for;
 pub use endpoint::load_assignments_for;
 pub use listener::listener_for_port;
 pub use naming::cluster_name;
 pub use resource::{ContentHash, EncodedResource};
 pub(crate) use resource::{put_string_field, string_field_len};
+pub use rest_source::{
+    REST_REFRESH_DELAY, REST_XDS_CLUSTER, RestSourceError, for_rest, rest_config_source,
+};
 pub use route::route_config_for_port;
 
 use std::fmt;

@@ -98,6 +98,29 @@ pub struct Snapshot {
     pub issues: Arc<Vec<ConfigIssue>>,
     /// Listener variants for nodes that asked for another bind address.
     pub(crate) listeners: listeners::BoundListeners,
+    /// API listeners (`<host>:<port>`, `<host>`) for proxyless gRPC clients only. Their changes are
+    /// recorded in the history under [`ResourceType::Listener`]; the names never collide with
+    /// Envoy's `0.0.0.0_<port>` listeners.
+    pub(crate) api_listeners: Arc<TypeResources>,
+}
+
+/// Which variant of the per-node resources a client sees. Only LDS differs between views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum View {
+    /// An Envoy whose listeners bind to `0.0.0.0`.
+    #[default]
+    Envoy,
+    /// An Envoy whose listeners bind to this address (node metadata `LISTENER_ADDRESS`).
+    Bound(IpAddr),
+    /// A proxyless gRPC client: LDS holds the API listeners, never Envoy's socket listeners.
+    Proxyless,
+}
+
+impl View {
+    /// The Envoy view for listeners bound to `bind` (`None` = the default `0.0.0.0`).
+    pub fn bound(bind: Option<IpAddr>) -> Self {
+        bind.map_or(View::Envoy, View::Bound)
+    }
 }
 
 impl Snapshot {
@@ -106,14 +129,22 @@ impl Snapshot {
         &self.types[ty.index()]
     }
 
-    /// The resources of type `ty` for a node whose listeners bind to `bind` (from its metadata;
-    /// `None` for the default `0.0.0.0`). Only listeners differ between bind addresses, and their
-    /// names and `changed_seq` are the same as the default's, so change tracking is unaffected.
-    pub fn resources_for(&self, ty: ResourceType, bind: Option<IpAddr>) -> Arc<TypeResources> {
-        match (ty, bind) {
-            (ResourceType::Listener, Some(ip)) => self.listeners.bound_to(ip, self.resources(ty)),
+    /// The resources of type `ty` as a client with `view` sees them. Only listeners differ between
+    /// views: for another bind address their names and `changed_seq` are the same as the
+    /// default's, and API listener changes are in the same history, so change tracking is shared.
+    pub fn resources_for(&self, ty: ResourceType, view: View) -> Arc<TypeResources> {
+        match (ty, view) {
+            (ResourceType::Listener, View::Bound(ip)) => {
+                self.listeners.bound_to(ip, self.resources(ty))
+            }
+            (ResourceType::Listener, View::Proxyless) => Arc::clone(&self.api_listeners),
             _ => Arc::clone(&self.types[ty.index()]),
         }
+    }
+
+    /// The API listeners proxyless gRPC clients see.
+    pub fn api_listeners(&self) -> &TypeResources {
+        &self.api_listeners
     }
 
     /// What changed in type `ty` after snapshot `since`, up to this one; `None` when `since` is older

@@ -31,6 +31,9 @@
 //! first request must match it (SEC-2) or the stream ends with `PERMISSION_DENIED` before any
 //! config is generated.
 //!
+//! - serves client status (CSDS, `csds.rs`) from the same connection registry and snapshot;
+//! - serves REST-JSON polls (`POST /v3/discovery:*`, `rest.rs`) from the same snapshot.
+//!
 //! What it does not do: TTL/heartbeats (SOTW-38, DELTA-20), delta aliases and resource locators,
 //! TLS itself (`crate::tls`), admission rate limiting, the HTTP/2 transport with its keepalive,
 //! limits and connection age (`crate::runtime`'s connection loop, `runtime/connections.rs`), and
@@ -53,18 +56,22 @@
 mod body;
 mod cache;
 mod connections;
+mod csds;
 mod delta;
 mod driver;
 mod metrics;
 mod node;
 mod response;
+mod rest;
 mod service;
 mod state;
 mod stream;
 mod subscription;
 
 pub use connections::{ConnectionInfo, Connections, SyncStatus, TypeStatus};
+pub use csds::CsdsService;
 pub use node::{LISTENER_ADDRESS_KEY, NodeError, NodeInfo};
+pub use rest::RestService;
 pub use service::{AdsService, CdsService, EdsService, LdsService, RdsService};
 pub use state::MAX_ERROR_BYTES;
 pub use stream::{MAX_NAME_BYTES, MAX_NAMES_PER_REQUEST};
@@ -194,6 +201,21 @@ impl XdsServer {
             .add_service(s.eds)
             .add_service(s.lds)
             .add_service(s.rds)
+    }
+
+    /// The client status service (CSDS) over this server's connections and snapshot store.
+    pub fn csds(&self) -> CsdsService {
+        CsdsService {
+            connections: self.shared.connections.clone(),
+            store: self.shared.store.clone(),
+        }
+    }
+
+    /// The REST-JSON discovery endpoints over this server's snapshot store.
+    pub fn rest(&self) -> RestService {
+        RestService {
+            store: self.shared.store.clone(),
+        }
     }
 
     /// Starts draining: new streams are refused and live ones end with `UNAVAILABLE` (TRANS-8).

@@ -148,7 +148,7 @@ pub fn config_dump(state: &AdminState, bind: Option<IpAddr>) -> Value {
     };
     let mut types = serde_json::Map::new();
     for ty in ResourceType::PUSH_ORDER {
-        let set = snapshot.resources_for(ty, bind);
+        let set = snapshot.resources_for(ty, crate::snapshot::View::bound(bind));
         let resources: Vec<Value> = set
             .entries
             .values()

@@ -134,6 +134,7 @@ impl AgentOptions {
             admin_port: self.admin_port,
             listener_address: self.listener_address,
             delta: self.delta,
+            rest: false,
             tls: self.tls.as_ref().map(|t| BootstrapTls {
                 ca: t.ca.clone(),
                 cert: t.cert.clone(),

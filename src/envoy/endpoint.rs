@@ -260,6 +260,17 @@ pub(super) fn group_by_locality(
             group.lb_endpoints.push(lb);
         }
     }
+    for group in &mut out {
+        // gRPC clients drop a locality without a weight (gRFC A27, PG-7 in
+        // docs/proxyless-grpc.md); Envoy ignores it unless locality-weighted balancing is on. The
+        // sum of its endpoints' weights, as istiod sets it; it fits, since all weights together do.
+        let sum = group
+            .lb_endpoints
+            .iter()
+            .filter_map(|e| e.load_balancing_weight.as_ref())
+            .fold(0u32, |acc, w| acc.saturating_add(w.value));
+        group.load_balancing_weight = Some(UInt32Value { value: sum.max(1) });
+    }
     out
 }
 

@@ -6,7 +6,8 @@
 //! connection draws its own age (TRANS-9), is sent GOAWAY when that age is up, and is closed only
 //! if its streams outlive the grace period. Shutdown sends GOAWAY to every connection and waits
 //! for them (TRANS-8). The HTTP/2 limits and keepalive are the same settings tonic would apply
-//! (TRANS-5, TRANS-7, SEC-11).
+//! (TRANS-5, TRANS-7, SEC-11). HTTP/1.1 is served too (detected per connection), for REST-JSON
+//! xDS polls (`crate::xds::RestService`); gRPC needs HTTP/2 and refuses anything else itself.
 
 use std::io;
 use std::pin::pin;
@@ -15,8 +16,8 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use http::Request;
 use hyper::body::Incoming;
-use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinSet;
@@ -39,8 +40,10 @@ pub(super) async fn serve<I, IO>(
     I: Stream<Item = io::Result<IO>>,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
 {
-    let mut builder = http2::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new());
     builder
+        .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(settings.keepalive_interval))
         .keep_alive_timeout(settings.keepalive_timeout)
@@ -81,7 +84,7 @@ pub(super) async fn serve<I, IO>(
 /// One connection: served until the peer leaves, its age is up (GOAWAY, then at most `grace`
 /// more), or the server stops (GOAWAY, then until its streams end; the drain ended them).
 async fn serve_connection<IO>(
-    builder: http2::Builder<TokioExecutor>,
+    builder: auto::Builder<TokioExecutor>,
     io: IO,
     routes: Routes,
     age: Option<Duration>,

@@ -71,6 +71,10 @@ pub(super) fn spawn(
     (faults, names): (&Faults, &mut TaskNames),
 ) {
     let mut routes = xds.routes();
+    // Client status (CSDS) on the plaintext port only: it shows every client's config.
+    routes = routes.add_service(xds.csds().into_server());
+    // REST-JSON xDS polls (HTTP/1.1 or h2) beside gRPC.
+    routes = xds.rest().mount(routes);
     if let Some(control) = control {
         // The mock control API is plaintext-only: never on the network port.
         routes = routes.add_service(control.into_server());

@@ -24,6 +24,10 @@ pub struct BuildInput {
     pub upserts: Vec<EncodedResource>,
     /// Resources to remove, by type and name. Removing a name that is absent is a no-op.
     pub removes: Vec<(ResourceType, Arc<str>)>,
+    /// API listeners (proxyless gRPC) to add or replace.
+    pub api_upserts: Vec<EncodedResource>,
+    /// API listeners to remove, by name.
+    pub api_removes: Vec<Arc<str>>,
     /// Merged services that changed (for debug views); `None` removes the hostname.
     pub services: Vec<(Hostname, Option<Arc<MergedService>>)>,
     /// The complete list of current config issues, when it changed.
@@ -54,24 +58,27 @@ impl SnapshotBuilder {
     /// Applies `input` to the previous snapshot. Returns the new snapshot, or `None` when nothing
     /// actually changed (no push must follow, SOTW-28); the very first build always returns one.
     pub fn build(&mut self, input: BuildInput) -> Option<Arc<Snapshot>> {
-        let (seq, mut types, history, mut services, issues, listener_inputs) = match &self.prev {
-            Some(p) => (
-                p.seq + 1,
-                p.types.clone().map(|t| (*t).clone()),
-                p.history.clone(),
-                p.services.clone(),
-                Arc::clone(&p.issues),
-                p.listeners.inputs(),
-            ),
-            None => (
-                1,
-                Default::default(),
-                History::default(),
-                OrdMap::new(),
-                Arc::new(Vec::new()),
-                Arc::new(ListenerInputs::default()),
-            ),
-        };
+        let (seq, mut types, history, mut services, issues, listener_inputs, mut api) =
+            match &self.prev {
+                Some(p) => (
+                    p.seq + 1,
+                    p.types.clone().map(|t| (*t).clone()),
+                    p.history.clone(),
+                    p.services.clone(),
+                    Arc::clone(&p.issues),
+                    p.listeners.inputs(),
+                    (*p.api_listeners).clone(),
+                ),
+                None => (
+                    1,
+                    Default::default(),
+                    History::default(),
+                    OrdMap::new(),
+                    Arc::new(Vec::new()),
+                    Arc::new(ListenerInputs::default()),
+                    TypeResources::default(),
+                ),
+            };
         let mut set = ChangeSet {
             seq,
             ..Default::default()
@@ -81,6 +88,13 @@ impl SnapshotBuilder {
         }
         for resource in input.upserts {
             upsert(&mut types[resource.ty.index()], &mut set, seq, resource);
+        }
+        // API listeners share the Listener history: their names never collide with Envoy's.
+        for name in input.api_removes {
+            remove(&mut api, &mut set, ResourceType::Listener, &name);
+        }
+        for resource in input.api_upserts {
+            upsert(&mut api, &mut set, seq, resource);
         }
         let resources_changed = ResourceType::PUSH_ORDER
             .iter()
@@ -114,6 +128,7 @@ impl SnapshotBuilder {
             services,
             issues,
             listeners: BoundListeners::new(listener_inputs),
+            api_listeners: Arc::new(api),
         });
         self.prev = Some(Arc::clone(&snapshot));
         Some(snapshot)

@@ -34,6 +34,8 @@ enum Owner {
     Host(Hostname),
     /// The listener and route configuration of one port.
     Port(u16),
+    /// The API listeners (proxyless gRPC) of one service.
+    Api(Hostname),
 }
 
 /// Turns merged services into snapshots, incrementally.
@@ -85,6 +87,12 @@ impl MeshBuilder {
                 resources.extend(envoy::load_assignments_for(svc, &self.options, &mut issues));
             }
             self.replace(Owner::Host(host.clone()), resources, &mut input);
+            let api = new.as_deref().map(envoy::api_listeners_for);
+            self.replace(
+                Owner::Api(host.clone()),
+                api.unwrap_or_default(),
+                &mut input,
+            );
             issues_changed |= self.set_issues(Owner::Host(host.clone()), issues);
             input.services.push((host, new));
         }
@@ -167,16 +175,23 @@ impl MeshBuilder {
             .iter()
             .map(|r| (r.ty, Arc::clone(&r.name)))
             .collect();
+        let api = matches!(owner, Owner::Api(_));
         let old = match names.is_empty() {
             true => self.produced.remove(&owner),
             false => self.produced.insert(owner, names.clone()),
         };
         for gone in old.into_iter().flatten() {
             if !names.contains(&gone) {
-                input.removes.push(gone);
+                match api {
+                    true => input.api_removes.push(gone.1),
+                    false => input.removes.push(gone),
+                }
             }
         }
-        input.upserts.extend(resources);
+        match api {
+            true => input.api_upserts.extend(resources),
+            false => input.upserts.extend(resources),
+        }
     }
 
     /// Records `owner`'s issues; whether they differ from before.
@@ -258,6 +273,7 @@ mod tests {
 
     use super::*;
     use crate::envoy::fixtures::{ep, merged, port};
+    use crate::snapshot::View;
 
     fn host(h: &str) -> Hostname {
         Hostname::new(h).unwrap()
@@ -387,7 +403,7 @@ mod tests {
             )
             .unwrap();
         let ip: IpAddr = "127.0.0.2".parse().unwrap();
-        let bound = s.resources_for(ResourceType::Listener, Some(ip));
+        let bound = s.resources_for(ResourceType::Listener, View::Bound(ip));
         let default = s.resources(ResourceType::Listener);
         assert_eq!(
             bound.entries.keys().collect::<Vec<_>>(),
@@ -401,8 +417,36 @@ mod tests {
         );
         assert_ne!(bound.version, default.version);
         assert!(
-            Arc::ptr_eq(&bound, &s.resources_for(ResourceType::Listener, Some(ip))),
+            Arc::ptr_eq(
+                &bound,
+                &s.resources_for(ResourceType::Listener, View::Bound(ip))
+            ),
             "built once"
         );
+    }
+
+    #[test]
+    fn api_listeners_are_a_set_of_their_own_tracked_with_listeners() {
+        // PG-1, PG-4: named API listeners appear and go with their service; Envoy's view never
+        // holds them; their changes are in the Listener history.
+        let mut m = MeshBuilder::new(GenerateOptions::default());
+        let s = m
+            .apply(
+                vec![(host("g.test"), Some(svc("g.test", 9000, &["10.0.0.1"])))],
+                Instant::now(),
+            )
+            .unwrap();
+        let api = s.resources_for(ResourceType::Listener, View::Proxyless);
+        let api_names: Vec<&str> = api.entries.keys().map(|k| &**k).collect();
+        assert_eq!(api_names, ["g.test", "g.test:9000"]);
+        assert_eq!(names(&s, ResourceType::Listener), ["0.0.0.0_9000"]);
+        assert_ne!(api.version, s.resources(ResourceType::Listener).version);
+        let s = m
+            .apply(vec![(host("g.test"), None)], Instant::now())
+            .unwrap();
+        assert!(s.api_listeners().is_empty());
+        let c = s.changes_since(ResourceType::Listener, s.seq - 1).unwrap();
+        let removed: Vec<&str> = c.removed.iter().map(|k| &**k).collect();
+        assert_eq!(removed, ["0.0.0.0_9000", "g.test", "g.test:9000"]);
     }
 }

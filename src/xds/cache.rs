@@ -13,13 +13,12 @@
 //! frame of its own: thousands per stream in a reconnect storm, each with its bookkeeping.
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::envoy::ResourceType;
-use crate::snapshot::{TypeResources, TypeVersion};
+use crate::snapshot::{TypeResources, TypeVersion, View};
 
 /// How many recent (type, bind address, version) sets are kept. A push needs the newest one per
 /// type; a few more cover streams still walking an older snapshot and nodes with their own bind
@@ -33,7 +32,7 @@ enum Form {
     Delta,
 }
 
-type Key = (ResourceType, Option<IpAddr>, TypeVersion, Form);
+type Key = (ResourceType, View, TypeVersion, Form);
 
 /// Recently built full sets, newest last.
 #[derive(Default)]
@@ -48,19 +47,14 @@ impl FullSetCache {
     }
 
     /// The concatenated SotW `resources` entries of `res` (type `ty`, as seen with `bind`).
-    pub(crate) fn get(&self, ty: ResourceType, bind: Option<IpAddr>, res: &TypeResources) -> Bytes {
-        self.get_or_build((ty, bind, res.version, Form::Sotw), res)
+    pub(crate) fn get(&self, ty: ResourceType, view: View, res: &TypeResources) -> Bytes {
+        self.get_or_build((ty, view, res.version, Form::Sotw), res)
     }
 
     /// The concatenated delta `resources` entries ([`crate::envoy::EncodedResource::delta_entry`])
     /// of `res`, in name order.
-    pub(crate) fn get_delta(
-        &self,
-        ty: ResourceType,
-        bind: Option<IpAddr>,
-        res: &TypeResources,
-    ) -> Bytes {
-        self.get_or_build((ty, bind, res.version, Form::Delta), res)
+    pub(crate) fn get_delta(&self, ty: ResourceType, view: View, res: &TypeResources) -> Bytes {
+        self.get_or_build((ty, view, res.version, Form::Delta), res)
     }
 
     fn get_or_build(&self, key: Key, res: &TypeResources) -> Bytes {
@@ -122,10 +116,10 @@ mod tests {
                 ..Default::default()
             })
             .expect("a change");
-        let res = snap.resources_for(ResourceType::Cluster, None);
+        let res = snap.resources_for(ResourceType::Cluster, crate::snapshot::View::Envoy);
         let cache = FullSetCache::default();
-        let delta = cache.get_delta(ResourceType::Cluster, None, &res);
-        let sotw = cache.get(ResourceType::Cluster, None, &res);
+        let delta = cache.get_delta(ResourceType::Cluster, crate::snapshot::View::Envoy, &res);
+        let sotw = cache.get(ResourceType::Cluster, crate::snapshot::View::Envoy, &res);
         let (mut want_delta, mut want_sotw) = (Vec::new(), Vec::new());
         for e in res.entries.values() {
             e.resource
@@ -136,7 +130,11 @@ mod tests {
         }
         assert_eq!(&delta[..], &want_delta[..]);
         assert_eq!(&sotw[..], &want_sotw[..]);
-        let again = cache.get_delta(ResourceType::Cluster, None, &Arc::clone(&res));
+        let again = cache.get_delta(
+            ResourceType::Cluster,
+            crate::snapshot::View::Envoy,
+            &Arc::clone(&res),
+        );
         assert_eq!(again.as_ptr(), delta.as_ptr(), "built once, then shared");
     }
 }

@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use super::metrics;
 use super::node::NodeInfo;
 use crate::envoy::ResourceType;
+use crate::snapshot::View;
 
 /// Sync state of one type on one connection, computed exactly as istiod's proxy-status does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,6 +71,9 @@ pub struct TypeStatus {
     pub acked_version: Option<String>,
     /// Message of the client's last NACK, if its last request was one (bounded).
     pub last_error: Option<String>,
+    /// SotW EDS/RDS: the names the last response carried (what a NACK of it rejects); `None` for
+    /// full-state types and delta streams, whose NACKs are about every resource of the type.
+    pub last_names: Option<Arc<[Arc<str>]>>,
 }
 
 impl TypeStatus {
@@ -100,6 +104,8 @@ pub struct ConnectionInfo {
     pub metadata: Option<Arc<Struct>>,
     /// Listener bind address the node chose, if not the default.
     pub listener_address: Option<IpAddr>,
+    /// The snapshot view the node sees (Envoy, rebound Envoy, or proxyless gRPC).
+    pub view: View,
     /// Client address, when the transport knows it.
     pub peer: Option<SocketAddr>,
     /// When the stream was accepted.
@@ -184,6 +190,7 @@ impl Connections {
                 cluster: Arc::clone(&node.cluster),
                 metadata: node.metadata.clone(),
                 listener_address: node.listener_address,
+                view: node.view(),
                 peer,
                 connected_at: SystemTime::now(),
                 delta,

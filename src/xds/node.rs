@@ -10,8 +10,17 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use prost::Message;
 
+use crate::snapshot::View;
+
 /// Metadata key through which a node chooses the address its listeners bind to (an IP string).
 pub const LISTENER_ADDRESS_KEY: &str = "LISTENER_ADDRESS";
+
+/// Metadata key Istio's agent sets to `"grpc"` in the bootstrap of proxyless gRPC clients.
+pub const GENERATOR_KEY: &str = "GENERATOR";
+
+/// How every gRPC implementation's xDS client starts its `user_agent_name` ("gRPC C-core",
+/// "gRPC Go", "gRPC Java", "gRPC Node Pure JS", ...), compared without case.
+const GRPC_USER_AGENT_PREFIX: &str = "grpc";
 
 /// Largest encoded node metadata accepted. Istio sidecars send a few KB; 64 KiB leaves room for
 /// generous labels and annotations while keeping per-stream memory small (SEC-12).
@@ -64,6 +73,9 @@ pub struct NodeInfo {
     pub metadata: Option<Arc<Struct>>,
     /// Where this node's listeners bind; `None` = the default `0.0.0.0`.
     pub listener_address: Option<IpAddr>,
+    /// Whether the node is a proxyless gRPC client (its `user_agent_name` starts with `gRPC`, or
+    /// metadata `GENERATOR` is `grpc`): its LDS is API listeners (PG-4).
+    pub proxyless: bool,
 }
 
 impl NodeInfo {
@@ -99,7 +111,16 @@ impl NodeInfo {
             cluster: Arc::from(node.cluster.as_str()),
             metadata: node.metadata.clone().map(Arc::new),
             listener_address,
+            proxyless: is_proxyless(node),
         })
+    }
+
+    /// The snapshot view this node sees.
+    pub fn view(&self) -> View {
+        match self.proxyless {
+            true => View::Proxyless,
+            false => View::bound(self.listener_address),
+        }
     }
 
     /// Whether a node sent on a later request is the same node (SOTW-3): same id, cluster and
@@ -134,6 +155,22 @@ fn struct_depth(s: &Struct, base: usize) -> usize {
         }
     }
     max
+}
+
+/// Whether `node` is a proxyless gRPC client rather than an Envoy (PG-4).
+fn is_proxyless(node: &Node) -> bool {
+    let agent = node.user_agent_name.as_bytes();
+    let by_agent = agent.len() >= GRPC_USER_AGENT_PREFIX.len()
+        && agent[..GRPC_USER_AGENT_PREFIX.len()]
+            .eq_ignore_ascii_case(GRPC_USER_AGENT_PREFIX.as_bytes());
+    let by_metadata = node
+        .metadata
+        .as_ref()
+        .and_then(|md| md.fields.get(GENERATOR_KEY))
+        .is_some_and(
+            |v| matches!(&v.kind, Some(Kind::StringValue(s)) if s.eq_ignore_ascii_case("grpc")),
+        );
+    by_agent || by_metadata
 }
 
 fn listener_address(md: &Struct) -> Result<Option<IpAddr>, NodeError> {
@@ -193,6 +230,28 @@ mod tests {
             .insert(LISTENER_ADDRESS_KEY.into(), string("not-an-ip"));
         let err = NodeInfo::from_first(Some(&node(Some(md)))).unwrap_err();
         assert!(err.to_string().contains(LISTENER_ADDRESS_KEY));
+    }
+
+    #[test]
+    fn grpc_clients_are_told_from_envoy() {
+        // PG-4: gRPC's user agent or Istio's GENERATOR metadata selects the proxyless view.
+        let mut n = node(None);
+        n.user_agent_name = "envoy".into();
+        assert_eq!(NodeInfo::from_first(Some(&n)).unwrap().view(), View::Envoy);
+        for agent in ["gRPC C-core", "gRPC Node Pure JS", "grpc-go"] {
+            n.user_agent_name = agent.into();
+            assert_eq!(
+                NodeInfo::from_first(Some(&n)).unwrap().view(),
+                View::Proxyless
+            );
+        }
+        let mut md = Struct::default();
+        md.fields.insert(GENERATOR_KEY.into(), string("grpc"));
+        let n = node(Some(md));
+        assert_eq!(
+            NodeInfo::from_first(Some(&n)).unwrap().view(),
+            View::Proxyless
+        );
     }
 
     #[test]

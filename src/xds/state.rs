@@ -9,7 +9,6 @@
 //! which are bounded by the subscription. Nothing that was sent is copied.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -20,7 +19,7 @@ use super::connections::TypeStatus;
 use super::response::empty_cla;
 use super::subscription::{Change, Subscription};
 use crate::envoy::ResourceType;
-use crate::snapshot::{Snapshot, TypeResources, TypeVersion};
+use crate::snapshot::{Snapshot, TypeResources, TypeVersion, View};
 
 /// Longest NACK message kept per type. Envoy's messages name the resource and the field at fault
 /// and fit easily; a client sending megabytes of error text must not grow server memory.
@@ -97,6 +96,8 @@ pub(crate) struct TypeState {
     sub: Subscription,
     requested: bool,
     sent: Option<Sent>,
+    /// EDS/RDS: the names the last response carried, for client status (CSDS).
+    last_names: Option<Arc<[Arc<str>]>>,
     /// `sent` before the currently staged response, restored if that response is recalled.
     before_staged: Option<Option<Sent>>,
     acked: Option<(Arc<str>, String)>,
@@ -139,6 +140,7 @@ impl TypeState {
             sub: Subscription::default(),
             requested: false,
             sent: None,
+            last_names: None,
             before_staged: None,
             acked: None,
             last_error: None,
@@ -352,7 +354,7 @@ impl TypeState {
     pub(crate) fn build(
         &mut self,
         snap: &Snapshot,
-        bind: Option<IpAddr>,
+        view: View,
         retain_from: Option<&Snapshot>,
         full_sets: &FullSetCache,
     ) -> Option<Built> {
@@ -362,7 +364,7 @@ impl TypeState {
         if !self.subscribed() {
             return None;
         }
-        let res = snap.resources_for(self.ty, bind);
+        let res = snap.resources_for(self.ty, view);
         let mut built = Built {
             version: res.version,
             entries: Vec::new(),
@@ -393,7 +395,7 @@ impl TypeState {
             if self.sub.wildcard {
                 // Every wildcard stream sends these same bytes: one shared chunk.
                 if !res.is_empty() {
-                    built.entries.push(full_sets.get(self.ty, bind, &res));
+                    built.entries.push(full_sets.get(self.ty, view, &res));
                 }
                 // Warming scope (SOTW-32): what this response adds or changes for the client.
                 built.warming = match (pending.all, snap.changes_since(self.ty, since)) {
@@ -419,7 +421,7 @@ impl TypeState {
                     .changes_since(self.ty, since)
                     .map(|c| c.removed)
                     .unwrap_or_default();
-                let prev = prev.resources_for(self.ty, bind);
+                let prev = prev.resources_for(self.ty, view);
                 for name in removed.iter().filter(|n| self.sub.covers(n)) {
                     if let Some(e) = prev.get(name) {
                         built.version.add(name, e.resource.hash);
@@ -479,7 +481,7 @@ impl TypeState {
         {
             // Every resource of the type (a proxy's first EDS answer for all its clusters): the
             // same bytes for every such stream, shared whole in name order (see `cache.rs`).
-            built.entries = vec![full_sets.get(self.ty, bind, &res)];
+            built.entries = vec![full_sets.get(self.ty, view, &res)];
         }
         Some(built)
     }
@@ -492,6 +494,9 @@ impl TypeState {
             version,
             at: SystemTime::now(),
         });
+        if !self.ty.full_state_in_sotw() {
+            self.last_names = Some(names.into());
+        }
         if self.ty == ResourceType::Endpoint {
             for n in names {
                 self.warming.remove(n);
@@ -533,6 +538,7 @@ impl TypeState {
             acked_nonce: self.acked.as_ref().map(|a| Arc::clone(&a.0)),
             acked_version: self.acked.as_ref().map(|a| a.1.clone()),
             last_error: self.last_error.clone(),
+            last_names: self.last_names.clone(),
         }
     }
 }

@@ -372,7 +372,7 @@ impl driver::Protocol for Stream {
                 };
                 let Some(built) = self.types[ty.index()].build(
                     &snap,
-                    self.node.listener_address,
+                    self.node.view(),
                     retain_from.as_deref(),
                     &self.params.full_sets,
                 ) else {

@@ -15,7 +15,6 @@
 //! skips every snapshot in between.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -25,7 +24,7 @@ use super::super::connections::TypeStatus;
 use super::super::state::{MAX_ERROR_BYTES, bounded};
 use super::super::subscription::{Subscription, WILDCARD};
 use crate::envoy::{EncodedResource, ResourceType};
-use crate::snapshot::{Entry, Snapshot, TypeResources, TypeVersion};
+use crate::snapshot::{Entry, Snapshot, TypeResources, TypeVersion, View};
 
 /// How a request was classified (DELTA-2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,7 +279,7 @@ impl DeltaState {
     pub(crate) fn build(
         &mut self,
         snap: &Snapshot,
-        bind: Option<IpAddr>,
+        view: View,
         defer_removals: bool,
     ) -> Option<Built> {
         self.synced_seq = self.synced_seq.max(snap.seq);
@@ -288,7 +287,7 @@ impl DeltaState {
             return None;
         }
         let owed = std::mem::take(&mut self.owed);
-        let res = snap.resources_for(self.ty, bind);
+        let res = snap.resources_for(self.ty, view);
         let mut send: BTreeMap<Arc<str>, Arc<EncodedResource>> = BTreeMap::new();
         let mut removed: BTreeSet<Arc<str>> = BTreeSet::new();
         let mut change_driven = false;
@@ -441,6 +440,7 @@ impl DeltaState {
             acked_nonce: self.acked.as_ref().map(|a| Arc::clone(&a.0)),
             acked_version: self.acked.as_ref().map(|a| a.1.clone()),
             last_error: self.last_error.clone(),
+            last_names: None,
         }
     }
 }

@@ -164,15 +164,15 @@ impl driver::Protocol for Stream {
                         .iter()
                         .any(|t| self.types[t.index()].has_work(snap.seq));
                 let Some(built) =
-                    self.types[ty.index()].build(&snap, self.node.listener_address, defer_removals)
+                    self.types[ty.index()].build(&snap, self.node.view(), defer_removals)
                 else {
                     continue;
                 };
                 let nonce = self.next_nonce();
                 let entries = match &built.whole_set {
                     Some(res) => {
-                        let bind = self.node.listener_address;
-                        vec![self.params.full_sets.get_delta(ty, bind, res)]
+                        let view = self.node.view();
+                        vec![self.params.full_sets.get_delta(ty, view, res)]
                     }
                     None => built
                         .resources

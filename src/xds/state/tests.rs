@@ -40,7 +40,7 @@ fn names(v: &[&str]) -> Vec<String> {
 }
 
 fn send(st: &mut TypeState, s: &Snapshot, cache: &FullSetCache, nonce: &str) -> Option<Built> {
-    let built = st.build(s, None, None, cache)?;
+    let built = st.build(s, View::Envoy, None, cache)?;
     st.sent(Arc::from(nonce), built.version, &built.names);
     Some(built)
 }
@@ -84,9 +84,9 @@ fn unknown_eds_name_gets_an_empty_cla_only_when_requested() {
     assert_eq!(built.names, [Arc::from("a"), Arc::from("z")]);
     // a change to something else owes nothing; z's creation is pushed
     let s2 = snap(&mut b, vec![cla("other", 1)]);
-    assert!(st.build(&s2, None, None, &cache).is_none());
+    assert!(st.build(&s2, View::Envoy, None, &cache).is_none());
     let s3 = snap(&mut b, vec![cla("z", 2)]);
-    let built = st.build(&s3, None, None, &cache).expect("z created");
+    let built = st.build(&s3, View::Envoy, None, &cache).expect("z created");
     assert_eq!(built.names, [Arc::from("z")]);
 }
 
@@ -104,7 +104,9 @@ fn falls_back_to_changed_seq_when_history_is_short() {
     }
     let last = snap(&mut b, vec![cla("b", 9)]);
     assert!(last.changes_since(ResourceType::Endpoint, 1).is_none());
-    let built = st.build(&last, None, None, &cache).expect("b changed");
+    let built = st
+        .build(&last, View::Envoy, None, &cache)
+        .expect("b changed");
     assert_eq!(built.names, [Arc::from("b")]);
 }
 
@@ -148,12 +150,12 @@ fn warming_forces_only_the_changed_clusters() {
     let built = send(&mut cds, &s2, &cache, "n3").expect("cds change");
     eds.note_warming(&built.warming);
     assert!(
-        eds.build(&s2, None, None, &cache).is_none(),
+        eds.build(&s2, View::Envoy, None, &cache).is_none(),
         "no EDS change"
     );
     eds.on_request("n2", "", &names(&["c1", "c2"]), None); // looks like an ACK
     let built = eds
-        .build(&s2, None, None, &cache)
+        .build(&s2, View::Envoy, None, &cache)
         .expect("warming response");
     assert_eq!(built.names, [Arc::from("c1")]);
 }
@@ -226,7 +228,7 @@ fn an_eds_answer_with_every_assignment_is_one_shared_chunk() {
     let res = s1.resources(ResourceType::Endpoint);
     assert_eq!(
         built.entries[0],
-        cache.get(ResourceType::Endpoint, None, res)
+        cache.get(ResourceType::Endpoint, View::Envoy, res)
     );
 
     // A subset, or a name that does not exist, is sent entry by entry.
