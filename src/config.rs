@@ -19,8 +19,10 @@ use tributary_registries::serviceentry::ServiceEntryConfig;
 use crate::aggregate::DebounceSettings;
 use crate::tls::TlsConfig;
 
+mod admin;
 mod server;
 
+pub use admin::AdminSettings;
 pub use server::{ConnectionSettings, ShutdownSettings};
 
 /// The default plaintext xDS address, istiod's `--grpcAddr` port on loopback.
@@ -82,6 +84,8 @@ pub struct Config {
     pub connections: ConnectionSettings,
     /// Graceful shutdown on SIGTERM/SIGINT.
     pub shutdown: ShutdownSettings,
+    /// Admin server limits and access to its mutating call.
+    pub admin: AdminSettings,
 }
 
 /// One registry to run. Adding a registry kind is one variant here and one match arm in
@@ -116,6 +120,7 @@ impl Default for Config {
             insecure_plaintext_xds: false,
             connections: ConnectionSettings::default(),
             shutdown: ShutdownSettings::default(),
+            admin: AdminSettings::default(),
         }
     }
 }
@@ -281,6 +286,9 @@ impl Config {
                 tls.addr
             )));
         }
+        self.admin
+            .validate(self.admin_addr.ip().is_loopback())
+            .map_err(ConfigError::Invalid)?;
         if self.xds_addr == self.admin_addr {
             return Err(ConfigError::Invalid(format!(
                 "xds_addr and admin_addr are both {}",
