@@ -12,6 +12,7 @@ mod auth;
 pub mod config_dump;
 mod debug;
 pub mod metrics;
+mod process;
 mod routes;
 mod server;
 mod xds_status;

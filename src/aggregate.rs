@@ -9,6 +9,7 @@
 
 mod debounce;
 mod merge;
+pub(crate) mod metrics;
 mod status;
 mod task;
 #[cfg(test)]

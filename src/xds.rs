@@ -51,7 +51,7 @@ mod cache;
 mod connections;
 mod delta;
 mod driver;
-mod metrics;
+pub(crate) mod metrics;
 mod node;
 mod response;
 mod service;
@@ -60,6 +60,8 @@ mod stream;
 mod subscription;
 
 pub use connections::{ConnectionInfo, Connections, SyncStatus, TypeStatus};
+#[cfg(test)]
+pub(crate) use connections::Registration;
 pub use node::{LISTENER_ADDRESS_KEY, NodeError, NodeInfo};
 pub use service::{AdsService, CdsService, EdsService, LdsService, RdsService};
 pub use state::MAX_ERROR_BYTES;

@@ -139,11 +139,14 @@ impl ClusterSource {
                 namespace,
                 name,
             } => {
-                self.entries.remove(&ObjectKey {
+                let gone = self.entries.remove(&ObjectKey {
                     kind,
                     namespace,
                     name,
                 });
+                if gone.is_some() {
+                    crate::metrics::config_event(kind.name(), crate::metrics::ObjectEvent::Delete);
+                }
             }
             ClusterEvent::Deleted {
                 kind: None,
@@ -198,6 +201,10 @@ impl ClusterSource {
             api: self.settings.api(),
         };
         let previous = self.entries.get(&key).or_else(|| old?.get(&key)).cloned();
+        crate::metrics::config_event(
+            key.kind.name(),
+            crate::metrics::ObjectEvent::upsert(previous.is_some()),
+        );
         let entry = match parse_document(&text, None, &key.namespace, false) {
             Ok(Document::Object(parsed)) => Entry::new(*parsed, place, previous.as_ref()),
             Ok(Document::Empty | Document::Ignored) => return,
