@@ -7,6 +7,12 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::bootstrap::{self, BootstrapOptions, BootstrapTls};
 
+mod logging;
+mod validate;
+
+pub use logging::{LogError, LogFormat};
+pub use validate::ValidateArgs;
+
 /// Where `tributary bootstrap --tls` points Envoy by default: the mTLS port on loopback.
 const DEFAULT_TLS_BOOTSTRAP_ADDR: &str = "127.0.0.1:15012";
 use crate::config::{Config, Overrides};
@@ -33,7 +39,7 @@ pub struct Cli {
     /// Log filter, e.g. `info` or `info,tributary::xds=debug` (RUST_LOG syntax).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log_level: String,
-    /// Log as JSON lines instead of text.
+    /// Log as JSON lines instead of text (then standard output carries JSON only).
     #[arg(long)]
     pub log_json: bool,
     /// A subcommand; none runs the control plane.
@@ -48,6 +54,11 @@ pub enum Command {
     ///
     /// `tributary bootstrap --node-id demo > envoy.yaml && envoy -c envoy.yaml`
     Bootstrap(BootstrapArgs),
+    /// Check a config file, mock registry files or Istio ServiceEntry/WorkloadEntry YAML without
+    /// running them; print every problem as `file:line: message` and exit 1 if there is any.
+    ///
+    /// `tributary validate --config tributary.yaml ./istio-config/`
+    Validate(ValidateArgs),
 }
 
 /// Flags of `tributary bootstrap`.
@@ -143,6 +154,7 @@ impl Cli {
         config.apply_overrides(self.overrides());
         config.apply_env(|k| std::env::var(k).ok());
         config.validate()?;
+        config.check_sources()?;
         Ok(config)
     }
 
@@ -155,16 +167,11 @@ impl Cli {
         }
     }
 
-    /// Installs the tracing subscriber.
-    pub fn init_tracing(&self) {
-        let filter = tracing_subscriber::EnvFilter::try_new(&self.log_level)
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-        let builder = tracing_subscriber::fmt().with_env_filter(filter);
-        if self.log_json {
-            builder.json().init();
-        } else {
-            builder.init();
-        }
+    /// Installs the tracing subscriber; an invalid filter is an error.
+    pub fn init_tracing(&self) -> Result<(), LogError> {
+        let no_color = std::env::var("NO_COLOR").ok();
+        let format = LogFormat::detect(self.log_json, no_color.as_deref());
+        logging::init(&self.log_level, format)
     }
 
     /// Runs what the flags ask for.
@@ -174,6 +181,7 @@ impl Cli {
                 print!("{}", bootstrap::render(&args.options()?));
                 Ok(())
             }
+            Some(Command::Validate(args)) => args.run(),
             None => {
                 let source = self
                     .config
@@ -183,7 +191,7 @@ impl Cli {
                         overrides: self.overrides(),
                         env: std::env::vars().collect(),
                     });
-                crate::runtime::run(self.config()?, source).await
+                crate::runtime::run(self.config()?, source, self.log_json).await
             }
         }
     }

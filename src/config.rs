@@ -86,6 +86,10 @@ pub struct Config {
     pub shutdown: ShutdownSettings,
     /// Admin server limits and access to its mutating call.
     pub admin: AdminSettings,
+    /// Whether this came from a config file: then no registries means an empty mesh, never the
+    /// demo (which only a bare `tributary` serves).
+    #[serde(skip)]
+    pub from_file: bool,
 }
 
 /// One registry to run. Adding a registry kind is one variant here and one match arm in
@@ -121,6 +125,7 @@ impl Default for Config {
             connections: ConnectionSettings::default(),
             shutdown: ShutdownSettings::default(),
             admin: AdminSettings::default(),
+            from_file: false,
         }
     }
 }
@@ -143,13 +148,29 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_yaml(&text).map_err(|e| match e {
+        let mut config = Self::from_yaml(&text).map_err(|e| match e {
             ConfigError::Parse { source, .. } => ConfigError::Parse {
                 path: path.to_owned(),
                 source,
             },
             other => other,
-        })
+        })?;
+        config.from_file = true;
+        Ok(config)
+    }
+
+    /// Reads what the registries name (mock files) and fails on the first that is missing or
+    /// invalid, with its file and line. Start-up runs this, so bad input is an exit, not an
+    /// empty mesh; a file that breaks later only degrades its registry.
+    pub fn check_sources(&self) -> Result<(), ConfigError> {
+        for r in &self.registries {
+            if let RegistryConfig::Mock(m) = r {
+                m.check_file().map_err(|e| {
+                    ConfigError::Invalid(format!("mock registry {:?}: {e}", m.name))
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Parses and validates config text.
@@ -227,9 +248,9 @@ impl Config {
         }
     }
 
-    /// Whether no registry is configured, so the demo mesh is served.
+    /// Whether the demo mesh is served: no config file and no registry (no `--mock-file`).
     pub fn is_demo(&self) -> bool {
-        self.registries.is_empty()
+        self.registries.is_empty() && !self.from_file
     }
 
     /// Checks that the values make sense together.

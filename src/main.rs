@@ -6,7 +6,7 @@ use clap::Parser;
 async fn main() -> anyhow::Result<()> {
     let cli = tributary::cli::Cli::parse();
     if cli.command.is_none() {
-        cli.init_tracing();
+        cli.init_tracing()?;
     }
     cli.run().await
 }

@@ -79,7 +79,7 @@ impl Running {
             .await
             .is_err()
         {
-            warn!(grace = ?self.settings.grace_period, "xDS connections still open after the grace period; closing them");
+            warn!(grace = %humantime::format_duration(self.settings.grace_period), "xDS connections still open after the grace period; closing them");
             self.servers.shutdown().await;
         }
         self.shutdown.cancel();
@@ -95,15 +95,32 @@ impl Running {
 /// Longest a stop may take beyond the configured grace period (task wind-down).
 const STOP_SLACK: Duration = Duration::from_secs(5);
 
-/// Runs tributary until SIGINT or SIGTERM, reloading the config from `source` if given.
-pub async fn run(config: Config, source: Option<ConfigSource>) -> anyhow::Result<()> {
+/// Runs tributary until SIGINT or SIGTERM, reloading the config from `source` if given. With
+/// `json_logs`, the start-up banner is a log event, so standard output stays JSON lines.
+pub async fn run(
+    config: Config,
+    source: Option<ConfigSource>,
+    json_logs: bool,
+) -> anyhow::Result<()> {
     let demo = config.is_demo();
+    if config.registries.is_empty() && !demo {
+        warn!("the config file configures no registries: serving an empty mesh");
+    }
     let running = start_reloadable(config, source).await?;
     let mut backends = match demo {
         true => Some(crate::demo::start_backends(mock::demo_endpoints()).await),
         false => None,
     };
-    print_banner(&running, demo);
+    match json_logs {
+        true => info!(
+            xds = %running.xds_addr,
+            xds_tls = running.xds_tls_addr.map(|a| a.to_string()),
+            admin = %running.admin_addr,
+            demo,
+            "tributary is serving"
+        ),
+        false => print_banner(&running, demo),
+    }
     wait_for_signal().await;
     info!("shutting down");
     if let Some(b) = backends.as_mut() {

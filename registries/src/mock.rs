@@ -130,7 +130,7 @@ impl MockRegistry {
         };
         tracing::info!(
             services = initial.len(),
-            file = ?config.file,
+            file = config.file.as_ref().map(|f| f.display().to_string()),
             hold_sync = config.hold_sync,
             "mock registry starting"
         );

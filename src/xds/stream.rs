@@ -163,7 +163,7 @@ pub(crate) fn first_node(
             }
             _ => InvalidReason::BadMetadata,
         });
-        tracing::info!(error = %e, peer = ?peer, "refusing xDS stream");
+        tracing::info!(error = %e, peer = %super::driver::peer_text(peer), "refusing xDS stream");
         Status::invalid_argument(e.to_string())
     })
 }
@@ -206,7 +206,7 @@ pub(crate) fn authorize(
     auth.identity
         .authorize(auth.mapping, auth.trust_domain.as_deref(), node)
         .map_err(|e| {
-            tracing::warn!(error = %e, peer = ?peer, "refusing xDS stream: identity mismatch");
+            tracing::warn!(error = %e, peer = %super::driver::peer_text(peer), "refusing xDS stream: identity mismatch");
             Status::permission_denied(e.to_string())
         })
 }

@@ -143,7 +143,7 @@ impl Directory {
                 }
             }
             Err(problem) => {
-                tracing::warn!(file = %path.display(), line = ?problem.line, error = %problem.message,
+                tracing::warn!(file = %path.display(), line = problem.line, error = %problem.message,
                     "ServiceEntry file cannot be read; keeping its last readable version");
                 FileState {
                     text,
