@@ -47,7 +47,7 @@ pub async fn serve(listener: TcpListener, state: AdminState, shutdown: Cancellat
             Err(e) => {
                 let wait = backoff.next_wait();
                 if let Some(suppressed) = accept_log.allow(Instant::now()) {
-                    warn!(error = %e, retry_in = ?wait, suppressed, "admin accept failed; backing off");
+                    warn!(error = %e, retry_in = %humantime::format_duration(wait), suppressed, "admin accept failed; backing off");
                 }
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
