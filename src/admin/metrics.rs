@@ -35,6 +35,7 @@ pub fn handle() -> &'static PrometheusHandle {
         // Another recorder may already be installed (a test harness): then render ours, empty.
         let _ = metrics::set_global_recorder(recorder);
         describe();
+        crate::xds::metrics::register_error_series();
         metrics::gauge!("istio_build", "component" => BUILD_COMPONENT, "tag" => env!("CARGO_PKG_VERSION"))
             .set(1.0);
         handle

@@ -99,6 +99,15 @@ pub(crate) fn describe() {
     );
 }
 
+/// Creates the error counters at zero, so that dashboards show "no errors" rather than "no
+/// data" (istiod's Push Errors panel otherwise has no series until the first error).
+pub(crate) fn register_error_series() {
+    for ty in ResourceType::PUSH_ORDER {
+        metrics::counter!("pilot_total_xds_rejects", "type" => ty.short()).absolute(0);
+        metrics::counter!("pilot_total_xds_internal_errors", "type" => ty.short()).absolute(0);
+    }
+}
+
 /// A stream connected (`+1`) or went away (`-1`).
 pub(crate) fn connected(delta: f64) {
     metrics::gauge!("pilot_xds").increment(delta);
