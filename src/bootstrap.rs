@@ -79,12 +79,12 @@ dynamic_resources:
     transport_api_version: V3
     set_node_on_first_message_only: true
     grpc_services:
-      - envoy_grpc: {{ cluster_name: tributary-xds }}
+      - envoy_grpc: {{ cluster_name: xds-grpc }}
   cds_config: {{ ads: {{}}, resource_api_version: V3 }}
   lds_config: {{ ads: {{}}, resource_api_version: V3 }}
 static_resources:
   clusters:
-    - name: tributary-xds
+    - name: xds-grpc
       type: {xds_type}
       connect_timeout: 1s
       typed_extension_protocol_options:
@@ -94,7 +94,7 @@ static_resources:
             http2_protocol_options:
               connection_keepalive: {{ interval: 30s, timeout: 10s }}
       load_assignment:
-        cluster_name: tributary-xds
+        cluster_name: xds-grpc
         endpoints:
           - lb_endpoints:
               - endpoint:

@@ -92,8 +92,10 @@ pub struct Config {
     pub from_file: bool,
 }
 
-/// One registry to run. Adding a registry kind is one variant here and one match arm in
-/// `runtime::start_registry`.
+/// One registry to run. Adding a registry kind today takes a variant here, its arms in
+/// [`RegistryConfig::name`] and [`Config::validate`] (and [`Config::apply_env`] if it reads the
+/// environment), and the arm of `Supervisor::spawn` in `runtime/registries.rs` that builds it
+/// (`docs/architecture.md`, "Adding a registry").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum RegistryConfig {

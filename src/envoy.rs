@@ -9,6 +9,7 @@ mod cluster;
 mod endpoint;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod json;
 mod listener;
 mod naming;
 mod pb;

@@ -8,7 +8,8 @@
 //!   handshakes use the new certificate and bundle, established connections are untouched (SEC-15,
 //!   `reload.rs`);
 //! - accepts TCP connections, runs handshakes off the accept loop with a timeout (SEC-11) and hands
-//!   tonic finished TLS streams that carry the peer's SPIFFE identity (`accept.rs`);
+//!   the xDS connection loop finished TLS streams that carry the peer's SPIFFE identity
+//!   (`accept.rs`);
 //! - checks a stream's claimed node identity against that SPIFFE identity (SEC-2, `identity.rs`);
 //!   the xDS layer turns a mismatch into `PERMISSION_DENIED`.
 //!

@@ -4,12 +4,12 @@
 //! What it does:
 //! - serves `AggregatedDiscoveryService/StreamAggregatedResources` and `StreamClusters`,
 //!   `StreamEndpoints`, `StreamListeners`, `StreamRoutes` from the [`SnapshotStore`], following
-//!   `shared/xds-conformance.md` (SOTW-1..37, TRANS-1/3/4/10/11/14/15, section G);
+//!   the rules of `docs/protocol.md` (SOTW-1..37, TRANS-1/3/4/10/11/14/15, section G);
 //! - serves their delta twins (`DeltaAggregatedResources`, `DeltaClusters`, ...) from the same
 //!   snapshot and the same encoded bytes (DELTA-1..19, DELTA-21; see `delta.rs`);
 //! - sends each response as a small per-stream header plus shared pre-encoded resource bytes, with
 //!   raw tower services instead of tonic's generated server (no per-stream encode buffer,
-//!   `shared/reference/floor.md`);
+//!   `docs/floor.md`);
 //! - runs one task per stream, the single writer, which builds a response only when the client
 //!   has room for it, from the newest snapshot (a slow client skips snapshots, never delays others);
 //! - keeps a [`Connections`] registry for debug views (sync status as istiod computes it) and
@@ -32,9 +32,13 @@
 //! config is generated.
 //!
 //! What it does not do: TTL/heartbeats (SOTW-38, DELTA-20), delta aliases and resource locators,
-//! TLS itself, admission rate limiting, keepalive and connection-age settings (those belong to
-//! the `tonic::transport::Server` the caller builds), and HTTP debug endpoints (the admin module
-//! reads [`Connections`]).
+//! TLS itself (`crate::tls`), admission rate limiting, the HTTP/2 transport with its keepalive,
+//! limits and connection age (`crate::runtime`'s connection loop, `runtime/connections.rs`), and
+//! HTTP debug endpoints (the admin module reads [`Connections`]).
+//!
+//! tributary itself mounts [`XdsServer::routes`] on that connection loop. [`XdsServer::router`]
+//! mounts the same services on a plain `tonic::transport::Server`, the simplest way to serve them
+//! (the in-process protocol tests do this):
 //!
 //! ```no_run
 //! # async fn demo(store: tributary::snapshot::SnapshotStore) -> anyhow::Result<()> {
@@ -145,7 +149,8 @@ impl XdsServer {
         self.shared.connections.clone()
     }
 
-    /// The tower services, to mount on a `tonic::transport::Server`.
+    /// The tower services, to mount on a `tonic::transport::Server` or in a
+    /// [`tonic::service::Routes`].
     pub fn services(&self) -> XdsServices {
         let shared = &self.shared;
         XdsServices {
@@ -167,7 +172,8 @@ impl XdsServer {
         }
     }
 
-    /// A router serving all five services on `server` (add other services to it as usual).
+    /// A router serving all five services on `server` (add other services to it as usual). Used by
+    /// tests and embedders; tributary's own transport uses [`Self::routes`].
     pub fn router<L: Clone>(
         &self,
         server: &mut tonic::transport::Server<L>,
@@ -181,7 +187,8 @@ impl XdsServer {
             .add_service(s.rds)
     }
 
-    /// The five services as routes, for a connection loop of one's own.
+    /// The five services as routes, for a connection loop of one's own (tributary's is
+    /// `runtime/connections.rs`).
     pub fn routes(&self) -> tonic::service::Routes {
         let s = self.services();
         tonic::service::Routes::new(s.ads)

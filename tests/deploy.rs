@@ -108,7 +108,7 @@ fn rendered_chart_has_the_expected_structure() {
         assert!(kinds.contains(k), "{k} missing: {kinds:?}");
     }
 
-    // Deployment: readiness on /ready (ecosystem.md §5.2), hardened container, SA, scrape.
+    // Deployment: readiness on /ready (docs/ecosystem.md §5.2), hardened container, SA, scrape.
     let dep = kind(&docs, "Deployment");
     let pod = &dep["spec"]["template"];
     let c = &pod["spec"]["containers"][0];

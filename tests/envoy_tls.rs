@@ -209,7 +209,7 @@ async fn rolling_restart_of_two_replicas_keeps_traffic_and_config() {
     );
     assert_eq!(envoy.stat("listener_manager.listener_removed").await, 0);
     assert!(
-        envoy.stat("cluster.tributary-xds.upstream_cx_total").await >= 2,
+        envoy.stat("cluster.xds-grpc.upstream_cx_total").await >= 2,
         "Envoy reconnected to the other replica"
     );
     let replaced = http_get(envoy.admin, "localhost", "/ready").await;

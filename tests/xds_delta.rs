@@ -1,7 +1,7 @@
 //! Delta (incremental) xDS protocol conformance, against the in-process server over real gRPC
 //! (H-RAW).
 //!
-//! Each test cites the rule it checks in `shared/xds-conformance.md` section B. The delta client
+//! Each test cites the rule it checks in `docs/protocol.md` section B. The delta client
 //! checks INV-1..5 and DELTA-18 on every response it receives and keeps what it holds, so tests
 //! compare holdings rather than single messages where the rule is about state.
 

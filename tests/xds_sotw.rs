@@ -1,6 +1,6 @@
 //! SotW xDS protocol conformance, against the in-process server over real gRPC (H-RAW).
 //!
-//! Each test cites the rule it checks in `shared/xds-conformance.md`. The harness checks INV-1,
+//! Each test cites the rule it checks in `docs/protocol.md`. The harness checks INV-1,
 //! INV-2, INV-3 and INV-5 on every response it receives.
 
 // Test code: a failed unwrap is a failed test.
@@ -1371,7 +1371,7 @@ async fn garbage_metadata_is_refused_clearly_and_others_are_served() {
 
 #[tokio::test]
 async fn metrics_and_forced_push() {
-    // ecosystem.md §1.4 names; /debug/adsz?push=true.
+    // docs/ecosystem.md §1.4 names; /debug/adsz?push=true.
     let s = TestServer::start(vec![cluster("a", "1")]).await;
     let pushes = counter("pilot_xds_pushes{type=cds}");
     let converged = histogram_count("pilot_proxy_convergence_time{}");

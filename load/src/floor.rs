@@ -1,5 +1,5 @@
 //! The floor: a server that does nothing but fan out prebuilt, pre-framed responses as shared
-//! `Bytes` (the `raw` shape of `shared/reference/floor.md`), and the sink clients that read it.
+//! `Bytes` (the pre-framed `raw` shape of `docs/floor.md`), and the sink clients that read it.
 //!
 //! Every stream gets one "storm" response of the size of a proxy's full config when it opens, and
 //! one "push" response of the size of the measured change on each trigger. No generation, no

@@ -11,7 +11,8 @@
 //!
 //! It does **not** merge registries, debounce, build Envoy resources or speak xDS: that is the
 //! `tributary` crate, which depends on this one and never the other way round. A new registry is one
-//! folder here plus one line of wiring in `tributary`'s config.
+//! folder here, plus (for now) its config variant and construction in `tributary`'s `config.rs` and
+//! `runtime/registries.rs` (`docs/architecture.md`, "Adding a registry").
 
 #![forbid(unsafe_code)]
 

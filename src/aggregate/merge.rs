@@ -1,11 +1,11 @@
 //! Deterministic merge of one hostname across registries.
 //!
-//! The rule (DESIGN.md, REG-10): service attributes come from the first registry, in configured
-//! order, that knows the hostname; endpoints are the union of every registry's, in registry order,
-//! each keeping its origin. VIPs and service accounts are unions too, since each registry or cluster
-//! contributes its own. Disagreements on the attributes that shape Envoy config (ports, resolution,
-//! location) are recorded on the merged service so `/debug/registryz` shows them; the first
-//! registry's view is what gets served, whatever order events arrived in.
+//! The rule (docs/architecture.md, REG-10): service attributes come from the first registry, in
+//! configured order, that knows the hostname; endpoints are the union of every registry's, in
+//! registry order, each keeping its origin. VIPs and service accounts are unions too, since each
+//! registry or cluster contributes its own. Disagreements on the attributes that shape Envoy
+//! config (ports, resolution, location) are recorded on the merged service so `/debug/registryz`
+//! shows them; the first registry's view is what gets served, whatever order events arrived in.
 
 use serde::Serialize;
 use tributary_registries::{Endpoint, RegistryId, Service, ServiceState};

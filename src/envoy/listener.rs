@@ -30,7 +30,7 @@ const ROUTER_FILTER: &str = "envoy.filters.http.router";
 /// The listener of `port`, bound to `bind:port`, or `None` when no service has that port.
 ///
 /// `services` are the services with a port of that number; only they are looked at. Services the
-/// port cannot serve (see [`super::port_plan`]) are reported in `issues`.
+/// port cannot serve (see `super::port_plan`) are reported in `issues`.
 pub fn listener_for_port(
     port: u16,
     services: &[&MergedService],

@@ -1,7 +1,7 @@
 //! Names of generated resources, as Istio spells them.
 //!
 //! Dashboards, `istioctl proxy-config` habits and Envoy stats all key on these strings, so they are
-//! built in one place and nowhere else (ecosystem.md §1.6).
+//! built in one place and nowhere else (docs/ecosystem.md §1.6).
 
 use tributary_registries::Hostname;
 

@@ -3,7 +3,7 @@
 //! The wire form of both `DiscoveryResponse.resources` (SotW, field 2, `repeated Any`) and of the
 //! `Any` inside a delta `Resource` is built here exactly once per content version. A SotW response is
 //! then a small per-stream header followed by these shared [`Bytes`] chunks, in the order the stream
-//! chooses: no per-stream re-encode or copy (see `shared/reference/floor.md`). A delta response
+//! chooses: no per-stream re-encode or copy (see `docs/floor.md`). A delta response
 //! sends the very same `Any` bytes, behind a small per-resource head (DELTA-21).
 
 use std::fmt;

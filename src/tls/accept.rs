@@ -1,8 +1,9 @@
 //! The mTLS accept loop: TCP accept, handshake off the loop with a timeout, and a stream of finished
-//! TLS connections for `tonic::transport::Server::serve_with_incoming_shutdown`.
+//! TLS connections for the xDS connection loop (`runtime/connections.rs`), each carrying tonic's
+//! `Connected` info with the peer's identity.
 //!
 //! A failed or slow handshake (no client certificate, unknown CA, expired certificate) costs only
-//! its own task and is never seen by tonic; the loop keeps accepting.
+//! its own task and is never seen by the connection loop; the accept loop keeps accepting.
 
 use std::io;
 use std::pin::Pin;
@@ -24,8 +25,8 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 use super::identity::{PeerIdentity, spiffe_ids};
 use super::reload::ServerTls;
 
-/// Finished handshakes waiting for tonic to take them. tonic takes each at once; a small buffer
-/// only smooths bursts, and when full, handshakes wait (back-pressure, not memory).
+/// Finished handshakes waiting for the connection loop to take them. It takes each at once; a
+/// small buffer only smooths bursts, and when full, handshakes wait (back-pressure, not memory).
 const ACCEPTED_CAPACITY: usize = 64;
 
 /// What a request on a TLS connection knows about its peer (a request extension).

@@ -4,7 +4,7 @@
 //! stream with the same bind address sends exactly the same bytes for the same type version
 //! (versions are content-derived and entries are in name order). So those bytes are concatenated
 //! once per version and shared: such a response is then two chunks, a per-stream header and this
-//! one shared `Bytes`, which is the `raw` floor of `shared/reference/floor.md` (no per-stream list
+//! one shared `Bytes`, which is the `raw` floor of `docs/floor.md` (no per-stream list
 //! of per-resource handles while a large response is in flight).
 //!
 //! Delta responses that carry every resource of the type (a wildcard CDS stream's first response,

@@ -1,12 +1,12 @@
 //! The xDS server's metrics, named exactly as istiod names them so existing dashboards work.
 //!
-//! Counters carry no `_total` suffix (istiod's exporter drops it; the lead's exporter is set up the
-//! same way). Every label value comes from a closed set (resource types, fixed reasons), never from
+//! Counters carry no `_total` suffix (istiod's exporter drops it; ours, `admin/metrics.rs`, is set
+//! up the same way, docs/ecosystem.md §1.4). Every label value comes from a closed set (resource types, fixed reasons), never from
 //! node ids or resource names.
 //!
 //! | name | kind | labels | meaning |
 //! | --- | --- | --- | --- |
-//! | `pilot_xds` | gauge | — | connected SotW streams |
+//! | `pilot_xds` | gauge | — | connected xDS streams, SotW and delta |
 //! | `pilot_xds_pushes` | counter | `type` = `cds`… or `cds_senderr`… | responses handed to a stream |
 //! | `pilot_total_xds_rejects` | counter | `type` | NACKs received |
 //! | `pilot_xds_expired_nonce` | counter | `type` | requests ignored for a stale nonce |

@@ -34,7 +34,7 @@ pub enum NodeError {
     /// The node id is empty.
     #[error("missing node id: the first request on a stream must carry a node with a non-empty id")]
     EmptyId,
-    /// The id or cluster is longer than [`MAX_NODE_ID_BYTES`].
+    /// The id or cluster is longer than `MAX_NODE_ID_BYTES`.
     #[error("node {field} is {len} bytes, over the {MAX_NODE_ID_BYTES}-byte limit")]
     TooLong {
         /// `id` or `cluster`.
@@ -42,10 +42,10 @@ pub enum NodeError {
         /// Its length.
         len: usize,
     },
-    /// The metadata is larger than [`MAX_METADATA_BYTES`].
+    /// The metadata is larger than `MAX_METADATA_BYTES`.
     #[error("node metadata is {0} bytes encoded, over the {MAX_METADATA_BYTES}-byte limit")]
     MetadataTooLarge(usize),
-    /// The metadata nests deeper than [`MAX_METADATA_DEPTH`].
+    /// The metadata nests deeper than `MAX_METADATA_DEPTH`.
     #[error("node metadata nests deeper than {MAX_METADATA_DEPTH} levels")]
     MetadataTooDeep,
     /// `LISTENER_ADDRESS` is not an IP address string.

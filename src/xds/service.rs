@@ -1,8 +1,8 @@
-//! The gRPC services, as raw tower services that mount on `tonic::transport::Server` next to
-//! generated ones.
+//! The gRPC services, as raw tower services that mount next to generated ones, in tonic's `Routes`
+//! (tributary's connection loop) or on a `tonic::transport::Server`.
 //!
 //! Not tonic's generated server: it keeps a per-stream encode buffer as large as the largest
-//! message ever sent (`shared/reference/floor.md`). Requests are decoded with tonic's `Streaming`;
+//! message ever sent (`docs/floor.md`). Requests are decoded with tonic's `Streaming`;
 //! responses are [`ResponseBody`]s of shared pre-encoded bytes. Each service answers both its SotW
 //! and its delta method.
 

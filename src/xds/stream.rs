@@ -41,7 +41,7 @@ const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
 
 /// Initial request buffer per stream. tonic's default is 8 KiB per stream; a typical request (an
 /// ACK, a few names) is a few hundred bytes, and the buffer grows on demand for larger ones, so
-/// 1 KiB keeps idle streams small (floor.md's per-stream budget).
+/// 1 KiB keeps idle streams small (docs/floor.md's per-stream budget).
 const REQUEST_BUFFER_BYTES: usize = 1024;
 
 /// Decodes requests (`DiscoveryRequest` or `DeltaDiscoveryRequest`), reporting malformed ones as

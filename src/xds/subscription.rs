@@ -73,7 +73,7 @@ impl Subscription {
 
     /// [`Self::apply_sotw`], taking each newly subscribed name's `Arc` from `known` (the newest
     /// snapshot's resources of the type) when it names an existing resource, so the stream holds
-    /// no copy of its own (see [`intern`]).
+    /// no copy of its own (see `intern`).
     pub fn apply_sotw_known(
         &mut self,
         ty: ResourceType,

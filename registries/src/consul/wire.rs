@@ -1,4 +1,4 @@
-//! The parts of Consul's JSON answers tributary reads (ecosystem.md §2.1).
+//! The parts of Consul's JSON answers tributary reads (docs/ecosystem.md §2.1).
 //!
 //! Tolerant on purpose: unknown fields are ignored, and Go's `null` for an empty slice or map
 //! (`"Tags": null`, `"Meta": null`) reads as empty, so any Consul version's answer parses.

@@ -198,7 +198,8 @@ fn passthrough_is_original_dst_with_cluster_provided_lb() {
 
 #[test]
 fn passthrough_target_port_becomes_the_upstream_port_override() {
-    // REG-17 / ecosystem §4: NONE resolution + targetPort → ORIGINAL_DST upstream_port_override.
+    // REG-17 / docs/ecosystem.md §4: NONE resolution + targetPort → ORIGINAL_DST
+    // upstream_port_override.
     let mut tcp = port("tcp", 3306, Protocol::Tcp);
     tcp.target_port = Some(13306);
     let mut same = port("tcp-same", 5432, Protocol::Tcp);

@@ -168,7 +168,7 @@ fn long_nack_messages_are_bounded() {
 
 #[test]
 fn per_type_state_is_small() {
-    // Per-stream memory budget (floor.md): four of these plus the subscribed names.
+    // Per-stream memory budget (docs/floor.md): four of these plus the subscribed names.
     let size = std::mem::size_of::<TypeState>();
     eprintln!("TypeState: {size} bytes");
     assert!(size < 512, "TypeState grew to {size} bytes");

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# What STYLE asks of every change, enforced: formatting, clippy with warnings denied on every
+# target, rustdoc with warnings denied (broken intra-doc links), and docs/ that resolve (every cited
+# rule id defined, no reference outside the repository). `.ci/run` calls it before the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== cargo doc --workspace --no-deps (warnings denied)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
+echo "== scripts/check-docs.sh"
+./scripts/check-docs.sh
