@@ -118,8 +118,10 @@ fn check_file(path: &Path, out: &mut Vec<String>) {
 fn classify(text: &str) -> Kind {
     let mut kind = Kind::Config;
     for doc in serde_yaml::Deserializer::from_str(text) {
+        // After a syntax error the document iterator does not advance: stop there (the file's
+        // check then reports the error with its line).
         let Ok(value) = <serde_yaml::Value as serde::Deserialize>::deserialize(doc) else {
-            continue;
+            break;
         };
         let Some(map) = value.as_mapping() else {
             continue;
@@ -201,5 +203,6 @@ mod tests {
         assert_eq!(classify("services:\n- hostname: a.b\n"), Kind::Mock);
         assert_eq!(classify("registries: []\nservices: []\n"), Kind::Config);
         assert_eq!(classify("xds_addr: 127.0.0.1:1\n"), Kind::Config);
+        assert_eq!(classify("registries: [\n"), Kind::Config, "ends on a syntax error");
     }
 }
