@@ -63,9 +63,9 @@ mod state;
 mod stream;
 mod subscription;
 
-pub use connections::{ConnectionInfo, Connections, SyncStatus, TypeStatus};
 #[cfg(test)]
 pub(crate) use connections::Registration;
+pub use connections::{ConnectionInfo, Connections, SyncStatus, TypeStatus};
 pub use node::{LISTENER_ADDRESS_KEY, NodeError, NodeInfo};
 pub use service::{AdsService, CdsService, EdsService, LdsService, RdsService};
 pub use state::MAX_ERROR_BYTES;

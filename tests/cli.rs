@@ -14,7 +14,8 @@ use envoy_harness::{Tributary, free_port, loopback, mesh, tributary_bin};
 /// Longest a failing start may take to exit.
 const EXIT_LIMIT: Duration = Duration::from_secs(20);
 
-const BAD_MOCK: &str = "services:\n- hostname: a.example\n  ports: [{name: http, port: 0, protocol: HTTP}]\n";
+const BAD_MOCK: &str =
+    "services:\n- hostname: a.example\n  ports: [{name: http, port: 0, protocol: HTTP}]\n";
 const BAD_SERVICE_ENTRY: &str = "apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: ext, namespace: shop}
@@ -128,7 +129,16 @@ fn validate_prints_every_problem_with_file_and_line_and_exits_1() {
         ),
     )
     .unwrap();
-    let clean = run(d, &["validate", "--config", "tributary.yaml", "mesh.yaml", "istio"]);
+    let clean = run(
+        d,
+        &[
+            "validate",
+            "--config",
+            "tributary.yaml",
+            "mesh.yaml",
+            "istio",
+        ],
+    );
     assert!(clean.status.success(), "{}", text(&clean));
     assert!(text(&clean).contains("no validation issues found"));
 
@@ -137,15 +147,28 @@ fn validate_prints_every_problem_with_file_and_line_and_exits_1() {
     std::fs::write(d.join("broken.yaml"), "registries: [\n").unwrap();
     let out = run(
         d,
-        &["validate", "--config", "tributary.yaml", "bad-mock.yaml", "broken.yaml"],
+        &[
+            "validate",
+            "--config",
+            "tributary.yaml",
+            "bad-mock.yaml",
+            "broken.yaml",
+        ],
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let printed = String::from_utf8_lossy(&out.stdout).to_string();
     // The config's ServiceEntry directory, the mock file, the unparsable config: each with a line.
-    assert!(printed.contains("bad.yaml:6:") && printed.contains("spec.ports[0].number"), "{printed}");
+    assert!(
+        printed.contains("bad.yaml:6:") && printed.contains("spec.ports[0].number"),
+        "{printed}"
+    );
     assert!(printed.contains("bad-mock.yaml:3:"), "{printed}");
     assert!(printed.contains("broken.yaml:"), "{printed}");
-    assert!(text(&out).contains("3 validation problem(s) found"), "{}", text(&out));
+    assert!(
+        text(&out).contains("3 validation problem(s) found"),
+        "{}",
+        text(&out)
+    );
 
     let none = run(d, &["validate"]);
     assert_eq!(none.status.code(), Some(1));
@@ -200,10 +223,17 @@ async fn text_logs_to_a_file_have_no_colour_and_a_config_without_registries_is_n
     let registryz: serde_json::Value =
         serde_json::from_str(&t.get("/debug/registryz").await).unwrap();
     assert_eq!(registryz["services"], serde_json::json!([]), "{registryz}");
-    assert_eq!(registryz["registries"], serde_json::json!([]), "{registryz}");
+    assert_eq!(
+        registryz["registries"],
+        serde_json::json!([]),
+        "{registryz}"
+    );
     assert!(t.proc.terminate(Duration::from_secs(20)));
     let log = std::fs::read_to_string(&t.proc.log).unwrap();
-    assert!(!log.contains('\u{1b}'), "ANSI escape codes in a log file:\n{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escape codes in a log file:\n{log}"
+    );
     assert!(log.contains("serving an empty mesh"), "{log}");
     assert!(!log.contains("demo mesh"), "{log}");
 }

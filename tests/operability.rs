@@ -29,16 +29,43 @@ const NODE: &str = "sidecar~127.0.0.1~web-1.shop~shop.svc.cluster.local";
 /// `sidecar_injection_*` (istiod's webhooks, which tributary does not run). The Envoy-side query,
 /// `envoy_cluster_upstream_cx_active{cluster_name="xds-grpc"}`, is checked on Envoy below.
 const DASHBOARD_SERIES: &[(&str, &str)] = &[
-    ("sum by (tag) (istio_build{component=\"pilot\"})", "istio_build{component=\"pilot\",tag=\""),
-    ("sum by (type) (irate(pilot_xds_pushes[$__rate_interval]))", "pilot_xds_pushes{type=\""),
-    ("sum by (type,event) (rate(pilot_k8s_reg_events[$__rate_interval]))", "pilot_k8s_reg_events{"),
-    ("sum by (type,event) (rate(pilot_k8s_cfg_events[$__rate_interval]))", "pilot_k8s_cfg_events{"),
-    ("sum by (type) (rate(pilot_push_triggers[$__rate_interval]))", "pilot_push_triggers{type=\""),
+    (
+        "sum by (tag) (istio_build{component=\"pilot\"})",
+        "istio_build{component=\"pilot\",tag=\"",
+    ),
+    (
+        "sum by (type) (irate(pilot_xds_pushes[$__rate_interval]))",
+        "pilot_xds_pushes{type=\"",
+    ),
+    (
+        "sum by (type,event) (rate(pilot_k8s_reg_events[$__rate_interval]))",
+        "pilot_k8s_reg_events{",
+    ),
+    (
+        "sum by (type,event) (rate(pilot_k8s_cfg_events[$__rate_interval]))",
+        "pilot_k8s_cfg_events{",
+    ),
+    (
+        "sum by (type) (rate(pilot_push_triggers[$__rate_interval]))",
+        "pilot_push_triggers{type=\"",
+    ),
     ("sum (pilot_xds)", "pilot_xds "),
-    ("sum by (type) (pilot_total_xds_rejects)", "pilot_total_xds_rejects{type=\""),
-    ("pilot_total_xds_internal_errors", "pilot_total_xds_internal_errors{"),
-    ("sum(rate(pilot_xds_push_time_bucket{}[$__rate_interval])) by (le)", "pilot_xds_push_time_bucket{"),
-    ("sum(rate(pilot_xds_config_size_bytes_bucket{}[$__rate_interval])) by (le)", "pilot_xds_config_size_bytes_bucket{"),
+    (
+        "sum by (type) (pilot_total_xds_rejects)",
+        "pilot_total_xds_rejects{type=\"",
+    ),
+    (
+        "pilot_total_xds_internal_errors",
+        "pilot_total_xds_internal_errors{",
+    ),
+    (
+        "sum(rate(pilot_xds_push_time_bucket{}[$__rate_interval])) by (le)",
+        "pilot_xds_push_time_bucket{",
+    ),
+    (
+        "sum(rate(pilot_xds_config_size_bytes_bucket{}[$__rate_interval])) by (le)",
+        "pilot_xds_config_size_bytes_bucket{",
+    ),
 ];
 
 /// What the issue adds beyond the dashboard: process metrics, convergence, inbound updates.
@@ -81,8 +108,13 @@ async fn start() -> Mesh {
     let api = FakeApiServer::start().await.expect("fake API server");
     let kubeconfig = root.join("kubeconfig.yaml");
     api.write_kubeconfig(&kubeconfig).unwrap();
-    api.apply(&objects::service("shop", "web", "10.96.0.10", &[("http", 80)]))
-        .unwrap();
+    api.apply(&objects::service(
+        "shop",
+        "web",
+        "10.96.0.10",
+        &[("http", 80)],
+    ))
+    .unwrap();
     let pod = Backend::start("pod").await;
     api.apply(&objects::endpoint_slice(
         "shop",
@@ -148,20 +180,32 @@ async fn the_control_plane_dashboard_queries_have_series() {
     let extra = Backend::start("vm2").await;
     let vm = m._backends[1].addr;
     envoy_harness::replace_file(&m.mock, &mesh(m.web_port, &[vm, extra.addr]));
-    let metrics = eventually(Duration::from_secs(20), "the endpoint change's metrics", || async {
-        let text = m.tributary.get("/metrics").await;
-        (text.contains("pilot_inbound_updates{type=\"eds\"}")
-            && text.contains("pilot_proxy_convergence_time_bucket{"))
-        .then_some(text)
-    })
+    let metrics = eventually(
+        Duration::from_secs(20),
+        "the endpoint change's metrics",
+        || async {
+            let text = m.tributary.get("/metrics").await;
+            (text.contains("pilot_inbound_updates{type=\"eds\"}")
+                && text.contains("pilot_proxy_convergence_time_bucket{"))
+            .then_some(text)
+        },
+    )
     .await;
     let missing: Vec<&str> = DASHBOARD_SERIES
         .iter()
         .filter(|(_, series)| !metrics.contains(series))
         .map(|(query, _)| *query)
-        .chain(EXTRA_SERIES.iter().copied().filter(|s| !metrics.contains(s)))
+        .chain(
+            EXTRA_SERIES
+                .iter()
+                .copied()
+                .filter(|s| !metrics.contains(s)),
+        )
         .collect();
-    assert!(missing.is_empty(), "no series for {missing:?} in:\n{metrics}");
+    assert!(
+        missing.is_empty(),
+        "no series for {missing:?} in:\n{metrics}"
+    );
     // Every family is described.
     for line in metrics.lines().filter(|l| l.starts_with("# TYPE ")) {
         let family = line.split_whitespace().nth(2).unwrap();
@@ -315,7 +359,9 @@ async fn config_dump_matches_envoys_own_resource_by_resource() {
     let eds_clusters: Vec<String> = section(&envoy_dump, "ClustersConfigDump")
         .into_iter()
         .filter(|(_, v)| {
-            use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+            use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+                ClusterDiscoveryType, DiscoveryType,
+            };
             parse::<Cluster>(v).cluster_discovery_type
                 == Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32))
         })

@@ -42,14 +42,8 @@ impl ObjectEvent {
 
 /// Registers the descriptions (HELP lines). Safe to call repeatedly.
 pub fn describe() {
-    metrics::describe_counter!(
-        "pilot_k8s_reg_events",
-        "Events from k8s registry."
-    );
-    metrics::describe_counter!(
-        "pilot_k8s_cfg_events",
-        "Events from k8s config."
-    );
+    metrics::describe_counter!("pilot_k8s_reg_events", "Events from k8s registry.");
+    metrics::describe_counter!("pilot_k8s_cfg_events", "Events from k8s config.");
     metrics::describe_gauge!(
         "pilot_k8s_endpoints_pending_pod",
         "Number of endpoints that do not currently have any corresponding pods."

@@ -42,7 +42,9 @@ pub fn authorize_mutation(settings: &AdminSettings, headers: &HeaderMap) -> Resu
     let expected = std::fs::read_to_string(path).map_err(Refusal::TokenFile)?;
     let expected = expected.trim();
     if expected.is_empty() {
-        return Err(Refusal::TokenFile(std::io::Error::other("the file is empty")));
+        return Err(Refusal::TokenFile(std::io::Error::other(
+            "the file is empty",
+        )));
     }
     let given = headers
         .get(header::AUTHORIZATION)

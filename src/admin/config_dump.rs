@@ -180,15 +180,17 @@ fn section(
             version_info: type_version,
             dynamic_listeners: items
                 .into_iter()
-                .map(|(name, version, any)| listeners_config_dump::DynamicListener {
-                    name,
-                    active_state: Some(listeners_config_dump::DynamicListenerState {
-                        version_info: version,
-                        listener: Some(any),
-                        last_updated,
-                    }),
-                    ..Default::default()
-                })
+                .map(
+                    |(name, version, any)| listeners_config_dump::DynamicListener {
+                        name,
+                        active_state: Some(listeners_config_dump::DynamicListenerState {
+                            version_info: version,
+                            listener: Some(any),
+                            last_updated,
+                        }),
+                        ..Default::default()
+                    },
+                )
                 .collect(),
             ..Default::default()
         }),

@@ -105,7 +105,10 @@ fn dump(body: &str) -> ConfigDump {
 #[tokio::test]
 async fn istiod_paths_and_texts() {
     let a = admin(Config::default());
-    assert_eq!(get(&a.state, "/ready", None).await, (StatusCode::OK, "ready\n".into()));
+    assert_eq!(
+        get(&a.state, "/ready", None).await,
+        (StatusCode::OK, "ready\n".into())
+    );
     let (s, body) = get(&a.state, "/nope", None).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert!(body.contains("see /debug"), "{body}");
@@ -130,7 +133,12 @@ async fn proxy_id_takes_node_id_pod_namespace_and_percent_encoding() {
     let a = admin(Config::default());
     let _conn = connect(&a.connections, SIDECAR, &[]);
     let encoded = SIDECAR.replace('~', "%7E");
-    for id in [SIDECAR, "web-7d9f.shop", encoded.as_str(), "web-7d9f%2Eshop"] {
+    for id in [
+        SIDECAR,
+        "web-7d9f.shop",
+        encoded.as_str(),
+        "web-7d9f%2Eshop",
+    ] {
         let (s, body) = get(&a.state, &format!("/debug/config_dump?proxyID={id}"), None).await;
         assert_eq!(s, StatusCode::OK, "{id}: {body}");
         let (s, adsz) = get(&a.state, &format!("/debug/adsz?proxyID={id}"), None).await;
@@ -235,7 +243,10 @@ fn push_beyond_loopback_without_a_token_is_a_config_error() {
         admin_addr: "0.0.0.0:15014".parse().unwrap(),
         ..Config::default()
     };
-    assert!(c.validate().is_ok(), "reading views beyond loopback is allowed");
+    assert!(
+        c.validate().is_ok(),
+        "reading views beyond loopback is allowed"
+    );
     c.admin.allow_push = true;
     let err = c.validate().unwrap_err().to_string();
     assert!(err.contains("admin.token_file"), "{err}");
@@ -265,26 +276,35 @@ async fn header_timeout_and_connection_cap_hold_on_a_real_socket() {
         .await
         .ok();
     let mut buf = Vec::new();
-    let n = tokio::time::timeout(std::time::Duration::from_secs(5), other.read_to_end(&mut buf))
-        .await
-        .expect("closed, not left hanging");
+    let n = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        other.read_to_end(&mut buf),
+    )
+    .await
+    .expect("closed, not left hanging");
     assert_eq!(n.unwrap_or(0), 0, "{}", String::from_utf8_lossy(&buf));
     // ...until the header timeout closes the slow one.
     let mut rest = Vec::new();
-    tokio::time::timeout(std::time::Duration::from_secs(5), slow.read_to_end(&mut rest))
-        .await
-        .expect("the slow client is cut off by the header timeout")
-        .ok();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        slow.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the slow client is cut off by the header timeout")
+    .ok();
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     let mut ok = tokio::net::TcpStream::connect(addr).await.unwrap();
     ok.write_all(b"GET /ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
     let mut resp = String::new();
-    tokio::time::timeout(std::time::Duration::from_secs(5), ok.read_to_string(&mut resp))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        ok.read_to_string(&mut resp),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     shutdown.cancel();
     server.await.unwrap();

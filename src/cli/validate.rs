@@ -127,8 +127,10 @@ fn classify(text: &str) -> Kind {
             continue;
         };
         let key = |k: &str| map.get(k).and_then(|v| v.as_str()).map(str::to_string);
-        if matches!(key("kind").as_deref(), Some("ServiceEntry" | "WorkloadEntry"))
-            || key("apiVersion").is_some_and(|v| v.starts_with("networking.istio.io/"))
+        if matches!(
+            key("kind").as_deref(),
+            Some("ServiceEntry" | "WorkloadEntry")
+        ) || key("apiVersion").is_some_and(|v| v.starts_with("networking.istio.io/"))
         {
             return Kind::Istio;
         }
@@ -142,12 +144,12 @@ fn classify(text: &str) -> Kind {
 fn check_manifest(config: &ServiceEntryConfig, path: &Path, text: &str, out: &mut Vec<String>) {
     match read_manifest(config, path, text) {
         Err(e) => out.push(e),
-        Ok(catalog) => out.extend(catalog.rejections.iter().map(|r| {
-            format!(
-                "{}: {}: {}: {}",
-                r.source, r.object, r.field, r.message
-            )
-        })),
+        Ok(catalog) => out.extend(
+            catalog
+                .rejections
+                .iter()
+                .map(|r| format!("{}: {}: {}: {}", r.source, r.object, r.field, r.message)),
+        ),
     }
 }
 
@@ -199,10 +201,17 @@ mod tests {
     fn files_are_recognised_by_content() {
         let se = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: a}\n";
         assert_eq!(classify(se), Kind::Istio);
-        assert_eq!(classify("---\n{}\n---\n".to_string().as_str()), Kind::Config);
+        assert_eq!(
+            classify("---\n{}\n---\n".to_string().as_str()),
+            Kind::Config
+        );
         assert_eq!(classify("services:\n- hostname: a.b\n"), Kind::Mock);
         assert_eq!(classify("registries: []\nservices: []\n"), Kind::Config);
         assert_eq!(classify("xds_addr: 127.0.0.1:1\n"), Kind::Config);
-        assert_eq!(classify("registries: [\n"), Kind::Config, "ends on a syntax error");
+        assert_eq!(
+            classify("registries: [\n"),
+            Kind::Config,
+            "ends on a syntax error"
+        );
     }
 }

@@ -44,9 +44,11 @@ impl AdminSettings {
     /// token; limits must be usable.
     pub fn validate(&self, admin_on_loopback: bool) -> Result<(), String> {
         if self.allow_push && !admin_on_loopback && self.token_file.is_none() {
-            return Err("admin.allow_push on a non-loopback admin_addr needs admin.token_file: \
+            return Err(
+                "admin.allow_push on a non-loopback admin_addr needs admin.token_file: \
                  anyone who reaches the port could push to every proxy"
-                .to_string());
+                    .to_string(),
+            );
         }
         if self.max_connections == 0 {
             return Err("admin.max_connections must be at least 1".to_string());

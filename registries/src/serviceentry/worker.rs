@@ -73,8 +73,10 @@ impl FileSource {
             match watch_dir(self.dir.path()) {
                 Ok(w) => self.watch = Some(w),
                 // Also when the directory is gone, which the read below reports.
-                Err(e) => tracing::debug!(error = %e, interval = %humantime::format_duration(self.interval),
-                    "no directory watch; relying on periodic rescans until one can be set up"),
+                Err(e) => {
+                    tracing::debug!(error = %e, interval = %humantime::format_duration(self.interval),
+                    "no directory watch; relying on periodic rescans until one can be set up")
+                }
             }
         }
         let changed = self.dir.rescan();
