@@ -3,6 +3,8 @@
 //! colour codes into files, and a config without registries is an empty mesh, not the demo.
 //! Run: `cargo test --test cli`.
 
+#![allow(clippy::unwrap_used)] // test setup: a failure is the test failing
+
 mod envoy_harness;
 
 use std::path::Path;

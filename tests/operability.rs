@@ -4,6 +4,8 @@
 //! same proxy resource by resource. Run: `cargo test --test operability` (needs `envoy` on PATH
 //! or `ENVOY_BIN`).
 
+#![allow(clippy::unwrap_used)] // test setup: a failure is the test failing
+
 mod envoy_harness;
 
 use std::collections::BTreeMap;
