@@ -8,9 +8,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::bootstrap::{self, BootstrapOptions, BootstrapTls};
 
 mod logging;
+mod mock;
 mod validate;
 
 pub use logging::{LogError, LogFormat};
+pub use mock::{FaultAction, MockAction, MockArgs};
 pub use validate::ValidateArgs;
 
 /// Where `tributary bootstrap --tls` points Envoy by default: the mTLS port on loopback.
@@ -59,6 +61,12 @@ pub enum Command {
     ///
     /// `tributary validate --config tributary.yaml ./istio-config/`
     Validate(ValidateArgs),
+    /// Drive a running mock registry through its control API: list, get, upsert, delete,
+    /// set-endpoints, fault.
+    ///
+    /// `tributary mock list` · `tributary mock upsert services.yaml` ·
+    /// `tributary mock fault stall`
+    Mock(MockArgs),
 }
 
 /// Flags of `tributary bootstrap`.
@@ -182,6 +190,7 @@ impl Cli {
                 Ok(())
             }
             Some(Command::Validate(args)) => args.run(),
+            Some(Command::Mock(args)) => args.run().await,
             None => {
                 let source = self
                     .config

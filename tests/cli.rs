@@ -239,3 +239,111 @@ async fn text_logs_to_a_file_have_no_colour_and_a_config_without_registries_is_n
     assert!(log.contains("serving an empty mesh"), "{log}");
     assert!(!log.contains("demo mesh"), "{log}");
 }
+
+/// `run` off the async runtime.
+async fn run_async(dir: &Path, args: Vec<String>) -> Output {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&dir, &args)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mock_cli_drives_a_running_mock_registry() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("mesh.yaml"), mesh(8080, &[loopback(9090)])).unwrap();
+    let t = Tributary::start(
+        d,
+        loopback(free_port()),
+        loopback(free_port()),
+        &["--mock-file", &d.join("mesh.yaml").display().to_string()],
+    )
+    .await;
+    let addr = t.xds.to_string();
+    let mock = |args: &[&str]| {
+        let mut all = vec!["mock".to_string(), "--addr".to_string(), addr.clone()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        run_async(d, all)
+    };
+    let list = mock(&["list"]).await;
+    assert!(list.status.success(), "{}", text(&list));
+    let listed: tributary_registries::mock::MockFile =
+        serde_yaml::from_slice(&list.stdout).expect("list prints a mock file");
+    assert_eq!(listed.services[0].hostname, "web.e2e.local");
+
+    std::fs::write(
+        d.join("extra.yaml"),
+        "services:\n- hostname: extra.test\n  ports: [{name: http, port: 80, protocol: HTTP}]\n",
+    )
+    .unwrap();
+    let up = mock(&["upsert", "extra.yaml"]).await;
+    assert!(up.status.success(), "{}", text(&up));
+    std::fs::write(
+        d.join("eps.yaml"),
+        "- {address: 127.0.0.7, ports: {http: 8081}}\n",
+    )
+    .unwrap();
+    let set = mock(&["set-endpoints", "extra.test", "eps.yaml"]).await;
+    assert!(set.status.success(), "{}", text(&set));
+    let got = mock(&["get", "extra.test"]).await;
+    assert!(got.status.success(), "{}", text(&got));
+    let spec: tributary_registries::mock::ServiceSpec =
+        serde_yaml::from_slice(&got.stdout).unwrap();
+    assert_eq!(spec.endpoints.len(), 1);
+    assert_eq!(spec.endpoints[0].address, "127.0.0.7");
+    // Served once the push goes out (debounced).
+    envoy_harness::eventually(
+        Duration::from_secs(10),
+        "the new endpoint served",
+        || async {
+            t.get("/debug/endpointz")
+                .await
+                .contains("127.0.0.7")
+                .then_some(())
+        },
+    )
+    .await;
+
+    let fault = mock(&["fault", "error", "injected by the CLI test"]).await;
+    assert!(fault.status.success(), "{}", text(&fault));
+    let degraded = envoy_harness::eventually(Duration::from_secs(10), "degraded", || async {
+        let r = t.get("/debug/registryz").await;
+        r.contains("injected by the CLI test").then_some(r)
+    })
+    .await;
+    assert!(degraded.contains("degraded"), "{degraded}");
+    assert!(mock(&["fault", "clear"]).await.status.success());
+    let del = mock(&["delete", "extra.test"]).await;
+    assert!(del.status.success(), "{}", text(&del));
+    let missing = mock(&["get", "extra.test"]).await;
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing).contains("no service \"extra.test\""),
+        "{}",
+        text(&missing)
+    );
+
+    // Bad input is refused before it is sent, with the service named.
+    std::fs::write(d.join("bad.yaml"), BAD_MOCK).unwrap();
+    let bad = mock(&["upsert", "bad.yaml"]).await;
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("a.example"), "{}", text(&bad));
+    // Nothing listens: a clear message.
+    let nowhere = run_async(
+        d,
+        ["mock", "--addr", &loopback(free_port()).to_string(), "list"]
+            .map(String::from)
+            .to_vec(),
+    )
+    .await;
+    assert!(!nowhere.status.success());
+    assert!(
+        text(&nowhere).contains("cannot reach the mock control API"),
+        "{}",
+        text(&nowhere)
+    );
+}

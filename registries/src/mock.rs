@@ -60,6 +60,7 @@ use crate::registry::{Registry, RegistryError, RegistrySink};
 
 pub use config::{ConfigError, MockConfig};
 pub use control::MockControl;
+pub use convert::{spec_from_proto, spec_to_proto};
 pub use demo::{DEMO_ENDPOINT_PORTS, DEMO_YAML, DemoEndpoint, demo_config, demo_endpoints};
 pub use file_format::{
     EndpointSpec, FieldPath, FileError, InvalidField, MockFile, PortSpec, ServiceSpec, SpecError,
