@@ -347,3 +347,67 @@ async fn the_mock_cli_drives_a_running_mock_registry() {
         text(&nowhere)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_reflection_lists_and_describes_the_control_api() {
+    use prost::Message;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("mesh.yaml"), mesh(8080, &[loopback(9090)])).unwrap();
+    let file = dir.path().join("mesh.yaml").display().to_string();
+    let t = Tributary::start(
+        dir.path(),
+        loopback(free_port()),
+        loopback(free_port()),
+        &["--mock-file", &file],
+    )
+    .await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", t.xds))
+        .unwrap()
+        .connect()
+        .await
+        .expect("reflection client connects");
+    let mut client = ServerReflectionClient::new(channel);
+    let ask = |m: MessageRequest| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(m),
+    };
+    let requests = tokio_stream::iter(vec![
+        ask(MessageRequest::ListServices(String::new())),
+        ask(MessageRequest::FileContainingSymbol(
+            "tributary.mock.v1.MockRegistry".into(),
+        )),
+    ]);
+    let mut replies = client
+        .server_reflection_info(requests)
+        .await
+        .expect("reflection answers")
+        .into_inner();
+    let listed = replies.message().await.unwrap().unwrap().message_response;
+    let Some(MessageResponse::ListServicesResponse(list)) = listed else {
+        panic!("not a service list: {listed:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(
+        names.contains(&"tributary.mock.v1.MockRegistry".to_string()),
+        "{names:?}"
+    );
+    let described = replies.message().await.unwrap().unwrap().message_response;
+    let Some(MessageResponse::FileDescriptorResponse(files)) = described else {
+        panic!("no descriptor: {described:?}");
+    };
+    let services: Vec<String> = files
+        .file_descriptor_proto
+        .iter()
+        .map(|b| prost_types::FileDescriptorProto::decode(b.as_slice()).unwrap())
+        .flat_map(|f| f.service.into_iter().map(|s| s.name().to_string()))
+        .collect();
+    assert!(
+        services.contains(&"MockRegistry".to_string()),
+        "{services:?}"
+    );
+}
