@@ -167,6 +167,8 @@ impl Config {
     pub fn check_sources(&self) -> Result<(), ConfigError> {
         for r in &self.registries {
             if let RegistryConfig::Mock(m) = r {
+                m.validate()
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
                 m.check_file().map_err(|e| {
                     ConfigError::Invalid(format!("mock registry {:?}: {e}", m.name))
                 })?;
