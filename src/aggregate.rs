@@ -10,6 +10,7 @@
 mod debounce;
 mod merge;
 pub(crate) mod metrics;
+mod ports;
 mod status;
 mod task;
 #[cfg(test)]
@@ -17,6 +18,7 @@ mod tests;
 
 pub use debounce::{ChangeKind, DebounceSettings, Debouncer, Due};
 pub use merge::{MergedService, merge};
+pub use ports::UnmappedPort;
 pub use status::{RegistriesView, RegistryInfo, SyncState, ViewState};
 pub use task::{
     Aggregate, AggregateCommand, AggregateSettings, CommandReceiver, CommandSender, PushRequest,

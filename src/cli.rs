@@ -44,6 +44,10 @@ pub struct Cli {
     /// Log as JSON lines instead of text (then standard output carries JSON only).
     #[arg(long)]
     pub log_json: bool,
+    /// Kills a task on purpose, to test supervision: TASK or TASK@DELAY (aggregate, builder,
+    /// admin, xds, registries, registry:NAME). Not for production; hidden from --help.
+    #[arg(long, hide = true, value_name = "TASK[@DELAY]")]
+    pub inject_panic: Option<crate::runtime::Faults>,
     /// A subcommand; none runs the control plane.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -200,7 +204,8 @@ impl Cli {
                         overrides: self.overrides(),
                         env: std::env::vars().collect(),
                     });
-                crate::runtime::run(self.config()?, source, self.log_json).await
+                let faults = self.inject_panic.clone().unwrap_or_default();
+                crate::runtime::run_with_faults(self.config()?, source, faults, self.log_json).await
             }
         }
     }

@@ -20,6 +20,7 @@ use crate::aggregate::DebounceSettings;
 use crate::tls::TlsConfig;
 
 mod admin;
+mod bounds;
 mod server;
 
 pub use admin::AdminSettings;
@@ -259,6 +260,7 @@ impl Config {
 
     /// Checks that the values make sense together.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        bounds::check(self)?;
         let d = &self.debounce;
         if d.debounce_max < d.debounce_after {
             return Err(ConfigError::Invalid(format!(

@@ -6,8 +6,10 @@
 mod connections;
 mod registries;
 mod serve;
+mod supervise;
 
 pub use registries::{CONFIG_POLL_INTERVAL, ConfigSource};
+pub use supervise::{FaultParseError, Faults, RESTART_INITIAL, RESTART_MAX};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 use tributary_registries::RegistryId;
 use tributary_registries::mock::{self, MockControl, MockHandle};
 
@@ -55,6 +57,7 @@ pub struct Running {
     pub xds: XdsServer,
     tasks: JoinSet<()>,
     servers: JoinSet<()>,
+    names: supervise::TaskNames,
     shutdown: CancellationToken,
     draining: CancellationToken,
     stop_servers: CancellationToken,
@@ -86,6 +89,19 @@ impl Running {
         self.tasks.shutdown().await;
     }
 
+    /// Waits until a critical task (aggregate, builder, admin, an xDS server, the registry
+    /// supervisor) ends before [`Running::stop`], and says which and how (REL-2). `/ready` turns
+    /// 503 at once: a half-alive control plane must not look ready while it stops.
+    pub async fn failed(&mut self) -> String {
+        let ended = tokio::select! {
+            Some(r) = self.tasks.join_next_with_id() => r.map(|(id, ())| id),
+            Some(r) = self.servers.join_next_with_id() => r.map(|(id, ())| id),
+            else => return "every task ended".to_string(),
+        };
+        self.draining.cancel();
+        self.names.describe(ended)
+    }
+
     /// Whether `/ready` reports shutting down.
     pub fn is_draining(&self) -> bool {
         self.draining.is_cancelled()
@@ -95,18 +111,25 @@ impl Running {
 /// Longest a stop may take beyond the configured grace period (task wind-down).
 const STOP_SLACK: Duration = Duration::from_secs(5);
 
-/// Runs tributary until SIGINT or SIGTERM, reloading the config from `source` if given. With
-/// `json_logs`, the start-up banner is a log event, so standard output stays JSON lines.
-pub async fn run(
+/// Runs tributary until SIGINT or SIGTERM, reloading the config from `source` if given.
+pub async fn run(config: Config, source: Option<ConfigSource>) -> anyhow::Result<()> {
+    run_with_faults(config, source, Faults::default(), false).await
+}
+
+/// [`run`], with a task killed on purpose (supervision tests). Returns an error, so the process
+/// exits non-zero, when a critical task dies (REL-2). With `json_logs`, the start-up banner is a
+/// log event, so standard output stays JSON lines.
+pub async fn run_with_faults(
     config: Config,
     source: Option<ConfigSource>,
+    faults: Faults,
     json_logs: bool,
 ) -> anyhow::Result<()> {
     let demo = config.is_demo();
     if config.registries.is_empty() && !demo {
         warn!("the config file configures no registries: serving an empty mesh");
     }
-    let running = start_reloadable(config, source).await?;
+    let mut running = start_inner(config, source, faults).await?;
     let mut backends = match demo {
         true => Some(crate::demo::start_backends(mock::demo_endpoints()).await),
         false => None,
@@ -121,8 +144,16 @@ pub async fn run(
         ),
         false => print_banner(&running, demo),
     }
-    wait_for_signal().await;
-    info!("shutting down");
+    let failure = tokio::select! {
+        () = wait_for_signal() => None,
+        why = running.failed() => Some(why),
+    };
+    match &failure {
+        None => info!("shutting down"),
+        Some(why) => {
+            error!(reason = %why, "a critical task died; shutting down and exiting non-zero so the process is restarted")
+        }
+    }
     if let Some(b) = backends.as_mut() {
         b.shutdown().await;
     }
@@ -130,7 +161,10 @@ pub async fn run(
     if tokio::time::timeout(limit, running.stop()).await.is_err() {
         warn!("shutdown did not finish in time; exiting anyway");
     }
-    Ok(())
+    match failure {
+        None => Ok(()),
+        Some(why) => Err(anyhow::anyhow!("{why}")),
+    }
 }
 
 /// Starts every task; returns once the sockets are bound (not once registries synced).
@@ -141,8 +175,21 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 /// Like [`start`]; with a `source`, the config file is reloaded on SIGHUP and when it changes
 /// (registries added, removed or restarted; see `registries.rs`).
 pub async fn start_reloadable(
+    config: Config,
+    source: Option<ConfigSource>,
+) -> anyhow::Result<Running> {
+    start_inner(config, source, Faults::default()).await
+}
+
+/// Like [`start`], with a task killed on purpose (supervision tests).
+pub async fn start_with_faults(config: Config, faults: Faults) -> anyhow::Result<Running> {
+    start_inner(config, None, faults).await
+}
+
+async fn start_inner(
     mut config: Config,
     source: Option<ConfigSource>,
+    faults: Faults,
 ) -> anyhow::Result<Running> {
     if config.is_demo() {
         config
@@ -169,6 +216,7 @@ pub async fn start_reloadable(
 
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
+    let mut names = supervise::TaskNames::default();
     let store = SnapshotStore::new();
     let view = RegistriesView::default();
     let (events_tx, events_rx) = mpsc::channel(REGISTRY_EVENTS_CAPACITY);
@@ -180,13 +228,19 @@ pub async fn start_reloadable(
         .map(|rc| RegistryId::new(rc.name()))
         .collect();
     let (commands_tx, commands_rx) = CommandSender::channel(RELOAD_COMMANDS_CAPACITY);
-    let (supervisor, mocks) =
-        registries::Supervisor::start(&config.registries, events_tx, commands_tx, shutdown.clone());
-    tasks.spawn(
-        supervisor
-            .run(source, config.clone())
+    let (supervisor, mocks) = registries::Supervisor::start(
+        &config.registries,
+        events_tx,
+        commands_tx,
+        shutdown.clone(),
+        faults.clone(),
+    );
+    let t = tasks.spawn(
+        faults
+            .wrap("registries", supervisor.run(source, config.clone()))
             .instrument(info_span!("registries")),
     );
+    names.insert(t.id(), "registry supervisor");
 
     let settings = AggregateSettings {
         registries: order,
@@ -194,21 +248,29 @@ pub async fn start_reloadable(
         sync_timeout: config.sync_timeout,
     };
     let aggregate = Aggregate::new(settings, view.clone()).with_commands(commands_rx);
-    tasks.spawn(
-        cancellable(aggregate.run(events_rx, push_tx), shutdown.clone())
-            .instrument(info_span!("aggregate")),
+    let t = tasks.spawn(
+        cancellable(
+            faults.wrap("aggregate", aggregate.run(events_rx, push_tx)),
+            shutdown.clone(),
+        )
+        .instrument(info_span!("aggregate")),
     );
+    names.insert(t.id(), "aggregate");
     let options = GenerateOptions {
         send_unhealthy_endpoints: config.send_unhealthy_endpoints,
         connect_timeout: config.connect_timeout,
     };
-    tasks.spawn(
+    let t = tasks.spawn(
         cancellable(
-            run_builder(push_rx, store.clone(), MeshBuilder::new(options)),
+            faults.wrap(
+                "builder",
+                run_builder(push_rx, store.clone(), MeshBuilder::new(options)),
+            ),
             shutdown.clone(),
         )
         .instrument(info_span!("builder")),
     );
+    names.insert(t.id(), "snapshot builder");
 
     let xds = XdsServer::new(
         store.clone(),
@@ -232,6 +294,7 @@ pub async fn start_reloadable(
         control,
         &config.connections,
         &stop_servers,
+        (&faults, &mut names),
     );
     let settings = config.shutdown.clone();
     let admin_state = AdminState {
@@ -241,9 +304,15 @@ pub async fn start_reloadable(
         config: Arc::new(config),
         draining: draining.clone(),
     };
-    tasks.spawn(
-        admin::serve(admin_listener, admin_state, shutdown.clone()).instrument(info_span!("admin")),
+    let t = tasks.spawn(
+        faults
+            .wrap(
+                "admin",
+                admin::serve(admin_listener, admin_state, shutdown.clone()),
+            )
+            .instrument(info_span!("admin")),
     );
+    names.insert(t.id(), "admin server");
     Ok(Running {
         xds_addr,
         xds_tls_addr,
@@ -253,6 +322,7 @@ pub async fn start_reloadable(
         xds,
         tasks,
         servers,
+        names,
         shutdown,
         draining,
         stop_servers,

@@ -50,6 +50,8 @@ mod worker;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
@@ -81,10 +83,14 @@ pub mod proto {
 
 /// A mock registry instance. Create it with [`MockRegistry::new`], start it with
 /// [`Registry::run`], drive it with the [`MockHandle`].
-#[derive(Debug)]
+///
+/// Cloning gives another instance of the same registry, driven by the same handle: a supervisor
+/// restarts a dead instance with a clone, and the handle (the control API) keeps working. Only one
+/// instance runs at a time; a clone started early waits for the previous one to end.
+#[derive(Debug, Clone)]
 pub struct MockRegistry {
     config: MockConfig,
-    commands: mpsc::Receiver<Command>,
+    commands: Arc<tokio::sync::Mutex<mpsc::Receiver<Command>>>,
 }
 
 use handle::Command;
@@ -93,6 +99,7 @@ impl MockRegistry {
     /// A registry for `config` and the handle that drives it.
     pub fn new(config: MockConfig) -> (MockRegistry, MockHandle) {
         let (tx, commands) = mpsc::channel(handle::COMMAND_CAPACITY);
+        let commands = Arc::new(tokio::sync::Mutex::new(commands));
         (MockRegistry { config, commands }, MockHandle::new(tx))
     }
 
@@ -103,6 +110,8 @@ impl MockRegistry {
         file_events: Option<mpsc::Receiver<()>>,
     ) -> Result<(), RegistryError> {
         let config = self.config;
+        // Held for the instance's life; released when it ends, even by a panic.
+        let commands = self.commands.lock_owned().await;
         config
             .validate()
             .map_err(|e| RegistryError::Config(e.to_string()))?;
@@ -139,7 +148,7 @@ impl MockRegistry {
             hold_sync = config.hold_sync,
             "mock registry starting"
         );
-        worker::Worker::new(origin, initial, config.hold_sync, sink, self.commands, file)
+        worker::Worker::new(origin, initial, config.hold_sync, sink, commands, file)
             .run()
             .await
     }

@@ -346,6 +346,10 @@ pub struct Endpoint {
 impl Endpoint {
     /// The port this endpoint serves `port` on: its own port for that name, else the service
     /// port's `target_port`, else the service port's number (Istio's order for WorkloadEntries).
+    ///
+    /// `port` must be a port of the service this endpoint's own registry reported: the fallbacks
+    /// are only meaningful there. Endpoints joining another registry's service are first renamed
+    /// onto its ports by the aggregate, which never falls back to a number nothing listens on.
     pub fn port_for(&self, port: &ServicePort) -> u16 {
         self.ports
             .get(&port.name)

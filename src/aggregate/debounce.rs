@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tributary_registries::Hostname;
+use tributary_registries::duration::deadline;
 
 /// The three debounce settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,7 +94,8 @@ impl Batch {
 
     /// When this batch may go, given the quiet time it needs.
     fn due_at(&self, quiet: Duration, max: Duration) -> Instant {
-        (self.last + quiet).min(self.first + max)
+        // REL-4: settings are bounded, but a deadline never panics on overflow either.
+        deadline(self.last, quiet).min(deadline(self.first, max))
     }
 }
 

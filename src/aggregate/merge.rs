@@ -6,9 +6,15 @@
 //! registry or cluster contributes its own. Disagreements on the attributes that shape Envoy
 //! config (ports, resolution, location) are recorded on the merged service so `/debug/registryz`
 //! shows them; the first registry's view is what gets served, whatever order events arrived in.
+//!
+//! Endpoints of the other registries are renamed onto the merged service's ports (`ports.rs`,
+//! HYB-1..HYB-4), so each keeps the port it was registered on; a merged port an endpoint cannot be
+//! matched to is listed in [`MergedService::unmapped`] and that endpoint is left out of it.
 
 use serde::Serialize;
 use tributary_registries::{Endpoint, RegistryId, Service, ServiceState};
+
+use super::ports::{UnmappedPort, map_ports, remap};
 
 /// One hostname as the whole mesh sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -21,6 +27,19 @@ pub struct MergedService {
     pub registries: Vec<RegistryId>,
     /// Attribute disagreements between registries, shown in `/debug/registryz`.
     pub conflicts: Vec<String>,
+    /// Merged ports that an endpoint of another registry does not serve (no port of its registry
+    /// matches them, HYB-4): that endpoint is left out of those ports' clusters and reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmapped: Vec<UnmappedPort>,
+}
+
+impl MergedService {
+    /// Whether endpoint `index` is left out of the merged port named `port` (HYB-4).
+    pub fn is_unmapped(&self, index: usize, port: &str) -> bool {
+        self.unmapped
+            .iter()
+            .any(|u| u.endpoint == index && u.port == port)
+    }
 }
 
 /// Merges the states registries reported for one hostname, given in configured registry order.
@@ -33,6 +52,7 @@ pub fn merge<'a>(states: impl IntoIterator<Item = &'a ServiceState>) -> Option<M
         endpoints: first.endpoints.clone(),
         registries: vec![first.service.origin.registry.clone()],
         conflicts: Vec::new(),
+        unmapped: Vec::new(),
     };
     for state in states {
         let other = &state.service;
@@ -68,7 +88,21 @@ pub fn merge<'a>(states: impl IntoIterator<Item = &'a ServiceState>) -> Option<M
                 merged.service.service_accounts.push(sa.clone());
             }
         }
-        merged.endpoints.extend(state.endpoints.iter().cloned());
+        let map = map_ports(&merged.service, other);
+        for ep in &state.endpoints {
+            let (ep, missing) = remap(ep, &map);
+            let index = merged.endpoints.len();
+            merged
+                .unmapped
+                .extend(missing.into_iter().map(|(port, reason)| UnmappedPort {
+                    endpoint: index,
+                    address: ep.address.clone(),
+                    registry: other.origin.registry.clone(),
+                    port,
+                    reason,
+                }));
+            merged.endpoints.push(ep);
+        }
         if !merged.registries.contains(&other.origin.registry) {
             merged.registries.push(other.origin.registry.clone());
         }

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
+use tributary_registries::duration::deadline;
 use tributary_registries::{
     Change, Hostname, RegistryEvent, RegistryId, RegistryMessage, RegistryStatus, ServiceState,
 };
@@ -165,7 +166,8 @@ impl Aggregate {
                 (None, true) => self.debouncer.next_due(),
                 _ => None,
             };
-            let sync_deadline = (!self.serving).then(|| self.started + self.settings.sync_timeout);
+            let sync_deadline =
+                (!self.serving).then(|| deadline(self.started, self.settings.sync_timeout));
             tokio::select! {
                 biased;
                 _ = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
@@ -231,7 +233,9 @@ impl Aggregate {
         let request = PushRequest {
             hosts,
             service_change: due.service_change,
-            triggered_at: std::time::Instant::now() - waited,
+            triggered_at: std::time::Instant::now()
+                .checked_sub(waited)
+                .unwrap_or_else(std::time::Instant::now),
             done,
         };
         pushes.send(request).await.ok()?;
@@ -302,6 +306,14 @@ impl Aggregate {
                     // is gone.
                     for host in stale {
                         self.apply_change(pos, Change::Delete(host));
+                    }
+                    // REL-1: a restarted instance that listed its platform completely is healthy,
+                    // whatever killed the one before it.
+                    let info = &mut self.registries[pos];
+                    if let RegistryStatus::Degraded { reason } = &info.status {
+                        info!(registry = %info.id, previous = %reason, "restarted registry synced; healthy again");
+                        info.status = RegistryStatus::Healthy;
+                        info.degraded_since = None;
                     }
                 }
                 let info = &mut self.registries[pos];

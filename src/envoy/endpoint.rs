@@ -142,6 +142,15 @@ pub(super) fn drafts<'a>(
     let mut out = Vec::new();
     for (i, (ep, target)) in svc.endpoints.iter().zip(targets).enumerate() {
         let Some(target) = target else { continue };
+        if svc.is_unmapped(i, &port.name) {
+            // HYB-4: no port of the endpoint's own registry matches this one; never guess.
+            issues.push(ConfigIssue {
+                object: svc.service.hostname.to_string(),
+                field: format!("endpoints[{i}].ports[{}]", port.name),
+                message: unmapped_message(svc, i, port),
+            });
+            continue;
+        }
         let ep_port = match target {
             Target::Pipe(_) => 0,
             Target::Socket(_) => ep.port_for(port),
@@ -169,6 +178,24 @@ pub(super) fn drafts<'a>(
         });
     }
     out
+}
+
+fn unmapped_message(svc: &MergedService, index: usize, port: &ServicePort) -> String {
+    let why = svc
+        .unmapped
+        .iter()
+        .find(|u| u.endpoint == index && u.port == port.name)
+        .map(|u| {
+            format!(
+                "endpoint {} of registry {}: {}",
+                u.address, u.registry, u.reason
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "{why}; the endpoint is left out of {}",
+        cluster_name(port.port, &svc.service.hostname)
+    )
 }
 
 /// Registry health → EDS health; `None` means "do not send" (UNHEALTHY unless configured, as

@@ -65,6 +65,7 @@ pub(crate) fn merged(
         endpoints,
         registries: vec![RegistryId::new("mock")],
         conflicts: Vec::new(),
+        unmapped: Vec::new(),
     }
 }
 

@@ -19,10 +19,12 @@ use tributary_registries::consul::ConsulRegistry;
 use tributary_registries::kubernetes::KubernetesRegistry;
 use tributary_registries::mock::{MockHandle, MockRegistry};
 use tributary_registries::serviceentry::ServiceEntryRegistry;
-use tributary_registries::{Registry, RegistryError, RegistryId, RegistryMessage, RegistrySink};
+use tributary_registries::{RegistryId, RegistryMessage, RegistrySink};
 
 use crate::aggregate::{AggregateCommand, CommandSender};
 use crate::config::{Config, ConfigError, Overrides, RegistryConfig};
+
+use super::supervise::{Faults, RegistryFactory, supervise_registry};
 
 /// How often the config file is read to notice changes. Kubernetes ConfigMap updates take up to a
 /// minute to land; a 2 s poll adds little and, unlike inotify, survives the symlink swap a
@@ -75,6 +77,7 @@ pub(super) struct Supervisor {
     events: mpsc::Sender<RegistryMessage>,
     commands: CommandSender,
     shutdown: CancellationToken,
+    faults: Faults,
 }
 
 impl Supervisor {
@@ -84,6 +87,7 @@ impl Supervisor {
         events: mpsc::Sender<RegistryMessage>,
         commands: CommandSender,
         shutdown: CancellationToken,
+        faults: Faults,
     ) -> (Self, Vec<MockHandle>) {
         let mut s = Self {
             entries: HashMap::new(),
@@ -92,31 +96,57 @@ impl Supervisor {
             events,
             commands,
             shutdown,
+            faults: Faults::default(),
         };
-        let mocks = registries.iter().filter_map(|rc| s.spawn(rc)).collect();
+        let mocks = registries
+            .iter()
+            .filter_map(|rc| {
+                s.faults = faults.clone();
+                s.spawn(rc)
+            })
+            .collect();
+        s.faults = Faults::default();
         (s, mocks)
     }
 
     fn spawn(&mut self, rc: &RegistryConfig) -> Option<MockHandle> {
         let id = RegistryId::new(rc.name());
-        let (registry, mock): (Box<dyn Registry>, _) = match rc {
+        let (factory, mock): (RegistryFactory, _) = match rc {
             RegistryConfig::Mock(mc) => {
                 let (registry, handle) = MockRegistry::new(mc.clone());
-                (Box::new(registry), Some(handle))
+                // Every restart drives the same handle, so the control API survives it.
+                let make: RegistryFactory = Box::new(move || Box::new(registry.clone()));
+                (make, Some(handle))
             }
             RegistryConfig::Kubernetes(kc) => {
-                (Box::new(KubernetesRegistry::new((**kc).clone())), None)
+                let kc = (**kc).clone();
+                let make: RegistryFactory =
+                    Box::new(move || Box::new(KubernetesRegistry::new(kc.clone())));
+                (make, None)
             }
-            RegistryConfig::Consul(cc) => (Box::new(ConsulRegistry::new((**cc).clone())), None),
+            RegistryConfig::Consul(cc) => {
+                let cc = (**cc).clone();
+                let make: RegistryFactory =
+                    Box::new(move || Box::new(ConsulRegistry::new(cc.clone())));
+                (make, None)
+            }
             RegistryConfig::ServiceEntry(sc) => {
-                (Box::new(ServiceEntryRegistry::new((**sc).clone())), None)
+                let sc = (**sc).clone();
+                let make: RegistryFactory =
+                    Box::new(move || Box::new(ServiceEntryRegistry::new(sc.clone())));
+                (make, None)
             }
         };
         let stop = self.shutdown.child_token();
         let sink = RegistrySink::new(id.clone(), self.events.clone());
         let span = info_span!("registry", registry = %id);
-        self.tasks
-            .spawn(run_registry(registry, sink, stop.clone()).instrument(span));
+        // An injected fault applies to the first start of a registry only.
+        let fault = self.faults.delay_for(&format!("registry:{id}"));
+        self.faults = Faults::default();
+        self.tasks.spawn(
+            supervise_registry(factory, sink, self.commands.clone(), stop.clone(), fault)
+                .instrument(span),
+        );
         self.order.push(rc.name().to_string());
         self.entries.insert(
             rc.name().to_string(),
@@ -253,14 +283,4 @@ async fn recv(h: &mut Hangup) {
 #[cfg(not(unix))]
 async fn recv(_: &mut Hangup) {
     std::future::pending().await
-}
-
-async fn run_registry(registry: Box<dyn Registry>, sink: RegistrySink, stop: CancellationToken) {
-    tokio::select! {
-        _ = stop.cancelled() => {}
-        result = registry.run(sink) => match result {
-            Ok(()) | Err(RegistryError::Closed) => info!("registry stopped"),
-            Err(e) => error!(error = %e, "registry stopped; its last state is still served"),
-        },
-    }
 }

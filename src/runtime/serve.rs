@@ -15,6 +15,7 @@ use crate::tls::{self, ServerTls};
 use crate::xds::XdsServer;
 
 use super::connections;
+use super::supervise::{Faults, TaskNames};
 
 /// Bound xDS sockets, before serving.
 pub(super) struct Listeners {
@@ -67,6 +68,7 @@ pub(super) fn spawn(
     control: Option<MockControl>,
     settings: &ConnectionSettings,
     stop: &CancellationToken,
+    (faults, names): (&Faults, &mut TaskNames),
 ) {
     let mut routes = xds.routes();
     if let Some(control) = control {
@@ -80,18 +82,25 @@ pub(super) fn spawn(
     // Pushes are small writes that must leave at once: no Nagle delay.
     let incoming =
         tonic::transport::server::TcpIncoming::from(listeners.plain).with_nodelay(Some(true));
-    servers.spawn(
-        connections::serve(incoming, routes, settings.clone(), stop.clone())
+    let t = servers.spawn(
+        faults
+            .wrap(
+                "xds",
+                connections::serve(incoming, routes, settings.clone(), stop.clone()),
+            )
             .instrument(info_span!("xds")),
     );
+    names.insert(t.id(), "plaintext xDS server");
     if let Some((listener, material)) = listeners.tls {
-        servers.spawn(
+        let t = servers.spawn(
             tls::run_reloader(material.clone(), stop.clone()).instrument(info_span!("tls_reload")),
         );
+        names.insert(t.id(), "TLS reloader");
         let incoming = tls::incoming(listener, material, stop.clone());
-        servers.spawn(
+        let t = servers.spawn(
             connections::serve(incoming, xds.routes(), settings.clone(), stop.clone())
                 .instrument(info_span!("xds_tls")),
         );
+        names.insert(t.id(), "mTLS xDS server");
     }
 }

@@ -172,7 +172,8 @@ impl Worker {
             self.emit(affected).await?;
         }
         self.publish_status().await?;
-        let remote_deadline = Instant::now() + self.setup.remote_sync_timeout;
+        let remote_deadline =
+            crate::duration::deadline(Instant::now(), self.setup.remote_sync_timeout);
         let mut remote_waited = false;
         loop {
             let waiting = !self.synced_sent && !remote_waited;

@@ -65,7 +65,9 @@ impl Delivery {
     /// The layers now serve `desired`.
     pub(crate) fn set_desired(&mut self, desired: View, now: Instant) {
         match self.delay {
-            Some(delay) => self.pending.push_back((now + delay, desired)),
+            Some(delay) => self
+                .pending
+                .push_back((crate::duration::deadline(now, delay), desired)),
             None => {
                 self.pending.clear();
                 self.visible = desired;

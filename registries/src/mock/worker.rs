@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedMutexGuard, mpsc};
 use tokio::time::Instant;
 
 use super::delivery::Delivery;
@@ -42,7 +42,7 @@ pub(crate) struct Worker {
     /// Why the last file read was rejected, while it stays rejected.
     file_problem: Option<String>,
     sink: RegistrySink,
-    commands: Option<mpsc::Receiver<Command>>,
+    commands: Option<OwnedMutexGuard<mpsc::Receiver<Command>>>,
     file: Option<FileSource>,
     /// When the pending reload runs.
     reload_at: Option<Instant>,
@@ -56,7 +56,7 @@ impl Worker {
         initial: Services,
         hold_sync: bool,
         sink: RegistrySink,
-        commands: mpsc::Receiver<Command>,
+        commands: OwnedMutexGuard<mpsc::Receiver<Command>>,
         file: Option<FileSource>,
     ) -> Self {
         let layers = Layers::new(initial);
@@ -80,7 +80,7 @@ impl Worker {
             let reload_at = self.reload_at;
             let due = self.delivery.next_due();
             tokio::select! {
-                cmd = recv(self.commands.as_mut()) => match cmd {
+                cmd = recv(self.commands.as_deref_mut()) => match cmd {
                     Some(cmd) => self.command(cmd).await?,
                     // Every handle is gone; the file (if any) still drives the registry.
                     None => self.commands = None,

@@ -67,7 +67,7 @@ impl FileSource {
     fn rescan(&mut self) -> bool {
         self.reload_at = None;
         self.burst_started = None;
-        self.rescan_at = Instant::now() + self.interval;
+        self.rescan_at = crate::duration::deadline(Instant::now(), self.interval);
         // Watch before reading, so that a change between the two is not missed.
         if self.watch.is_none() {
             match watch_dir(self.dir.path()) {
