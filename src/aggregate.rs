@@ -9,6 +9,7 @@
 
 mod debounce;
 mod merge;
+pub(crate) mod metrics;
 mod ports;
 mod status;
 mod task;

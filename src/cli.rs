@@ -10,6 +10,14 @@ use crate::bootstrap::{self, BootstrapOptions, BootstrapTls};
 mod agent_args;
 pub use agent_args::AgentArgs;
 
+mod logging;
+mod mock;
+mod validate;
+
+pub use logging::{LogError, LogFormat};
+pub use mock::{FaultAction, MockAction, MockArgs};
+pub use validate::ValidateArgs;
+
 /// Where `tributary bootstrap --tls` points Envoy by default: the mTLS port on loopback.
 const DEFAULT_TLS_BOOTSTRAP_ADDR: &str = "127.0.0.1:15012";
 use crate::config::{Config, Overrides};
@@ -36,7 +44,7 @@ pub struct Cli {
     /// Log filter, e.g. `info` or `info,tributary::xds=debug` (RUST_LOG syntax).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log_level: String,
-    /// Log as JSON lines instead of text.
+    /// Log as JSON lines instead of text (then standard output carries JSON only).
     #[arg(long)]
     pub log_json: bool,
     /// Kills a task on purpose, to test supervision: TASK or TASK@DELAY (aggregate, builder,
@@ -60,6 +68,17 @@ pub enum Command {
     ///
     /// `tributary agent --xds-addr tributary.mesh:15010 --consul-service web --consul-port 8080`
     Agent(Box<AgentArgs>),
+    /// Check a config file, mock registry files or Istio ServiceEntry/WorkloadEntry YAML without
+    /// running them; print every problem as `file:line: message` and exit 1 if there is any.
+    ///
+    /// `tributary validate --config tributary.yaml ./istio-config/`
+    Validate(ValidateArgs),
+    /// Drive a running mock registry through its control API: list, get, upsert, delete,
+    /// set-endpoints, fault.
+    ///
+    /// `tributary mock list` · `tributary mock upsert services.yaml` ·
+    /// `tributary mock fault stall`
+    Mock(MockArgs),
 }
 
 /// Flags of `tributary bootstrap`.
@@ -161,6 +180,7 @@ impl Cli {
         config.apply_overrides(self.overrides());
         config.apply_env(|k| std::env::var(k).ok());
         config.validate()?;
+        config.check_sources()?;
         Ok(config)
     }
 
@@ -173,16 +193,11 @@ impl Cli {
         }
     }
 
-    /// Installs the tracing subscriber.
-    pub fn init_tracing(&self) {
-        let filter = tracing_subscriber::EnvFilter::try_new(&self.log_level)
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-        let builder = tracing_subscriber::fmt().with_env_filter(filter);
-        if self.log_json {
-            builder.json().init();
-        } else {
-            builder.init();
-        }
+    /// Installs the tracing subscriber; an invalid filter is an error.
+    pub fn init_tracing(&self) -> Result<(), LogError> {
+        let no_color = std::env::var("NO_COLOR").ok();
+        let format = LogFormat::detect(self.log_json, no_color.as_deref());
+        logging::init(&self.log_level, format)
     }
 
     /// Runs what the flags ask for.
@@ -196,6 +211,8 @@ impl Cli {
                 let options = args.options(std::env::vars())?;
                 Ok(crate::agent::run(options).await?)
             }
+            Some(Command::Validate(args)) => args.run(),
+            Some(Command::Mock(args)) => args.run().await,
             None => {
                 let source = self
                     .config
@@ -206,7 +223,7 @@ impl Cli {
                         env: std::env::vars().collect(),
                     });
                 let faults = self.inject_panic.clone().unwrap_or_default();
-                crate::runtime::run_with_faults(self.config()?, source, faults).await
+                crate::runtime::run_with_faults(self.config()?, source, faults, self.log_json).await
             }
         }
     }

@@ -19,9 +19,11 @@ use tributary_registries::serviceentry::ServiceEntryConfig;
 use crate::aggregate::DebounceSettings;
 use crate::tls::TlsConfig;
 
+mod admin;
 mod bounds;
 mod server;
 
+pub use admin::AdminSettings;
 pub use server::{ConnectionSettings, ShutdownSettings};
 
 /// The default plaintext xDS address, istiod's `--grpcAddr` port on loopback.
@@ -83,6 +85,12 @@ pub struct Config {
     pub connections: ConnectionSettings,
     /// Graceful shutdown on SIGTERM/SIGINT.
     pub shutdown: ShutdownSettings,
+    /// Admin server limits and access to its mutating call.
+    pub admin: AdminSettings,
+    /// Whether this came from a config file: then no registries means an empty mesh, never the
+    /// demo (which only a bare `tributary` serves).
+    #[serde(skip)]
+    pub from_file: bool,
 }
 
 /// One registry to run. Adding a registry kind today takes a variant here, its arms in
@@ -119,6 +127,8 @@ impl Default for Config {
             insecure_plaintext_xds: false,
             connections: ConnectionSettings::default(),
             shutdown: ShutdownSettings::default(),
+            admin: AdminSettings::default(),
+            from_file: false,
         }
     }
 }
@@ -141,13 +151,31 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_yaml(&text).map_err(|e| match e {
+        let mut config = Self::from_yaml(&text).map_err(|e| match e {
             ConfigError::Parse { source, .. } => ConfigError::Parse {
                 path: path.to_owned(),
                 source,
             },
             other => other,
-        })
+        })?;
+        config.from_file = true;
+        Ok(config)
+    }
+
+    /// Reads what the registries name (mock files) and fails on the first that is missing or
+    /// invalid, with its file and line. Start-up runs this, so bad input is an exit, not an
+    /// empty mesh; a file that breaks later only degrades its registry.
+    pub fn check_sources(&self) -> Result<(), ConfigError> {
+        for r in &self.registries {
+            if let RegistryConfig::Mock(m) = r {
+                m.validate()
+                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+                m.check_file().map_err(|e| {
+                    ConfigError::Invalid(format!("mock registry {:?}: {e}", m.name))
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Parses and validates config text.
@@ -225,9 +253,9 @@ impl Config {
         }
     }
 
-    /// Whether no registry is configured, so the demo mesh is served.
+    /// Whether the demo mesh is served: no config file and no registry (no `--mock-file`).
     pub fn is_demo(&self) -> bool {
-        self.registries.is_empty()
+        self.registries.is_empty() && !self.from_file
     }
 
     /// Checks that the values make sense together.
@@ -285,6 +313,9 @@ impl Config {
                 tls.addr
             )));
         }
+        self.admin
+            .validate(self.admin_addr.ip().is_loopback())
+            .map_err(ConfigError::Invalid)?;
         if self.xds_addr == self.admin_addr {
             return Err(ConfigError::Invalid(format!(
                 "xds_addr and admin_addr are both {}",

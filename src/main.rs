@@ -10,8 +10,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = tributary::cli::Cli::parse();
-    if !matches!(cli.command, Some(tributary::cli::Command::Bootstrap(_))) {
-        cli.init_tracing();
+    use tributary::cli::Command;
+    // Commands that print their answer on stdout start no telemetry of their own.
+    if !matches!(
+        cli.command,
+        Some(Command::Bootstrap(_) | Command::Validate(_) | Command::Mock(_))
+    ) {
+        cli.init_tracing()?;
     }
     cli.run().await
 }

@@ -82,7 +82,7 @@ impl Running {
             .await
             .is_err()
         {
-            warn!(grace = ?self.settings.grace_period, "xDS connections still open after the grace period; closing them");
+            warn!(grace = %humantime::format_duration(self.settings.grace_period), "xDS connections still open after the grace period; closing them");
             self.servers.shutdown().await;
         }
         self.shutdown.cancel();
@@ -113,23 +113,37 @@ const STOP_SLACK: Duration = Duration::from_secs(5);
 
 /// Runs tributary until SIGINT or SIGTERM, reloading the config from `source` if given.
 pub async fn run(config: Config, source: Option<ConfigSource>) -> anyhow::Result<()> {
-    run_with_faults(config, source, Faults::default()).await
+    run_with_faults(config, source, Faults::default(), false).await
 }
 
 /// [`run`], with a task killed on purpose (supervision tests). Returns an error, so the process
-/// exits non-zero, when a critical task dies (REL-2).
+/// exits non-zero, when a critical task dies (REL-2). With `json_logs`, the start-up banner is a
+/// log event, so standard output stays JSON lines.
 pub async fn run_with_faults(
     config: Config,
     source: Option<ConfigSource>,
     faults: Faults,
+    json_logs: bool,
 ) -> anyhow::Result<()> {
     let demo = config.is_demo();
+    if config.registries.is_empty() && !demo {
+        warn!("the config file configures no registries: serving an empty mesh");
+    }
     let mut running = start_inner(config, source, faults).await?;
     let mut backends = match demo {
         true => Some(crate::demo::start_backends(mock::demo_endpoints()).await),
         false => None,
     };
-    print_banner(&running, demo);
+    match json_logs {
+        true => info!(
+            xds = %running.xds_addr,
+            xds_tls = running.xds_tls_addr.map(|a| a.to_string()),
+            admin = %running.admin_addr,
+            demo,
+            "tributary is serving"
+        ),
+        false => print_banner(&running, demo),
+    }
     let failure = tokio::select! {
         () = wait_for_signal() => None,
         why = running.failed() => Some(why),

@@ -59,7 +59,7 @@ mod connections;
 mod csds;
 mod delta;
 mod driver;
-mod metrics;
+pub(crate) mod metrics;
 mod node;
 mod response;
 mod rest;
@@ -68,6 +68,8 @@ mod state;
 mod stream;
 mod subscription;
 
+#[cfg(test)]
+pub(crate) use connections::Registration;
 pub use connections::{ConnectionInfo, Connections, SyncStatus, TypeStatus};
 pub use csds::CsdsService;
 pub use node::{LISTENER_ADDRESS_KEY, NodeError, NodeInfo};

@@ -19,6 +19,7 @@
 pub mod consul;
 pub mod duration;
 pub mod kubernetes;
+pub mod metrics;
 pub mod mock;
 pub mod model;
 mod registry;

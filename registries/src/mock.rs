@@ -61,7 +61,8 @@ use crate::model::RegistryId;
 use crate::registry::{Registry, RegistryError, RegistrySink};
 
 pub use config::{ConfigError, MockConfig};
-pub use control::MockControl;
+pub use control::{MockControl, reflection_services};
+pub use convert::{spec_from_proto, spec_to_proto};
 pub use demo::{DEMO_ENDPOINT_PORTS, DEMO_YAML, DemoEndpoint, demo_config, demo_endpoints};
 pub use file_format::{
     EndpointSpec, FieldPath, FileError, InvalidField, MockFile, PortSpec, ServiceSpec, SpecError,
@@ -74,6 +75,10 @@ pub use worker::{FILE_DEBOUNCE, FILE_DEBOUNCE_MAX};
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto {
     tonic::include_proto!("tributary.mock.v1");
+
+    /// The encoded `FileDescriptorSet` of `tributary.mock.v1`, for gRPC server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/mock_descriptor.bin"));
 }
 
 /// A mock registry instance. Create it with [`MockRegistry::new`], start it with
@@ -139,7 +144,7 @@ impl MockRegistry {
         };
         tracing::info!(
             services = initial.len(),
-            file = ?config.file,
+            file = config.file.as_ref().map(|f| f.display().to_string()),
             hold_sync = config.hold_sync,
             "mock registry starting"
         );

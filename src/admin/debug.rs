@@ -1,17 +1,10 @@
 //! The `/debug/*` views, in istiod's shapes where one exists (ecosystem.md §1.2).
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
-use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
-use prost::Message;
 use serde_json::{Value, json};
 
 use super::AdminState;
-use crate::envoy::{EncodedResource, ResourceType};
 
 /// The handlers, for `/debug` and `/debug/list`.
 pub const HANDLERS: &[(&str, &str)] = &[
@@ -37,11 +30,11 @@ pub const HANDLERS: &[(&str, &str)] = &[
     ),
     (
         "/debug/adsz",
-        "Connected proxies and their subscriptions; ?push=true pushes to all",
+        "Connected proxies and their subscriptions; ?push=true pushes to all (when admin.allow_push)",
     ),
     (
         "/debug/config_dump",
-        "What tributary sends a proxy: ?proxyID=<node id>",
+        "What tributary sends a proxy, as an envoy.admin.v3.ConfigDump: ?proxyID=<node id or pod.namespace>[&types=cds,eds,lds,rds][&include_eds]",
     ),
 ];
 
@@ -139,50 +132,6 @@ pub fn push_status(state: &AdminState) -> Value {
         .map(|s| (*s.issues).clone())
         .unwrap_or_default();
     json!({ "issues": issues })
-}
-
-/// `/debug/config_dump?proxyID=`: every resource of every type as that proxy sees it.
-pub fn config_dump(state: &AdminState, bind: Option<IpAddr>) -> Value {
-    let Some(snapshot) = state.store.load() else {
-        return json!({ "error": "no snapshot yet: registries have not synced" });
-    };
-    let mut types = serde_json::Map::new();
-    for ty in ResourceType::PUSH_ORDER {
-        let set = snapshot.resources_for(ty, crate::snapshot::View::bound(bind));
-        let resources: Vec<Value> = set
-            .entries
-            .values()
-            .map(|e| {
-                json!({
-                    "name": e.resource.name,
-                    "version": e.resource.version,
-                    "size": e.resource.encoded_len(),
-                    "config": describe(&e.resource),
-                })
-            })
-            .collect();
-        types.insert(
-            ty.type_url().to_string(),
-            json!({ "version_info": set.version.to_string(), "resources": resources }),
-        );
-    }
-    Value::Object(types)
-}
-
-/// A readable rendering of a resource (protobuf debug form; envoy-types has no JSON mapping).
-fn describe(r: &EncodedResource) -> String {
-    let value = r.to_any().value;
-    let text = match r.ty {
-        ResourceType::Cluster => Cluster::decode(value.as_slice()).map(|m| format!("{m:?}")),
-        ResourceType::Endpoint => {
-            ClusterLoadAssignment::decode(value.as_slice()).map(|m| format!("{m:?}"))
-        }
-        ResourceType::Listener => Listener::decode(value.as_slice()).map(|m| format!("{m:?}")),
-        ResourceType::Route => {
-            RouteConfiguration::decode(value.as_slice()).map(|m| format!("{m:?}"))
-        }
-    };
-    text.unwrap_or_else(|e| format!("<undecodable: {e}>"))
 }
 
 /// An HTML index of the handlers, as istiod's `/debug`.

@@ -1,8 +1,14 @@
-//! The process-wide Prometheus recorder, with istiod's histogram buckets.
+//! The process-wide Prometheus recorder, with istiod's histogram buckets, plus the metrics that
+//! describe the process itself: `istio_build{component="pilot",tag=<version>}` (the dashboard's
+//! "Pilot Versions") and the standard `process_*` family (CPU seconds, resident memory, open file
+//! descriptors, threads; `process.rs`), sampled at every scrape.
 //!
 //! Metric names follow istiod (`pilot_xds_pushes`, ...) so existing dashboards work; like istiod's
-//! exporter, counters carry no `_total` suffix. The `metrics` crate has one global recorder per
-//! process, so it is installed once and every admin server (several in one test binary) renders it.
+//! exporter, counters carry no `_total` suffix (the `process_*` family keeps Prometheus' own
+//! names). The `metrics` crate has one global recorder per process, so it is installed once and
+//! every admin server (several in one test binary) renders it. Each subsystem names and describes
+//! its own metrics (`xds::metrics`, `aggregate::metrics`, `tributary_registries::metrics`); this
+//! module registers those descriptions when it installs the recorder.
 
 use std::sync::OnceLock;
 
@@ -16,6 +22,8 @@ const CONVERGENCE_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0]
 const SIZE_BUCKETS: &[f64] = &[1.0, 1e4, 1e6, 4e6, 1e7, 4e7];
 /// Snapshot builds are much faster than pushes; finer buckets make them readable.
 const BUILD_BUCKETS: &[f64] = &[0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
+/// The `component` label of `istio_build`, as istiod's: the dashboard filters on it.
+const BUILD_COMPONENT: &str = "pilot";
 
 /// The recorder's handle, installing the recorder on first use.
 pub fn handle() -> &'static PrometheusHandle {
@@ -26,8 +34,29 @@ pub fn handle() -> &'static PrometheusHandle {
         let handle = recorder.handle();
         // Another recorder may already be installed (a test harness): then render ours, empty.
         let _ = metrics::set_global_recorder(recorder);
+        describe();
+        crate::xds::metrics::register_error_series();
+        metrics::gauge!("istio_build", "component" => BUILD_COMPONENT, "tag" => env!("CARGO_PKG_VERSION"))
+            .set(1.0);
         handle
     })
+}
+
+/// Every subsystem's descriptions (HELP lines), and this module's.
+fn describe() {
+    crate::xds::metrics::describe();
+    crate::aggregate::metrics::describe();
+    tributary_registries::metrics::describe();
+    super::process::describe();
+    metrics::describe_gauge!(
+        "istio_build",
+        "Istio component build info (tag: tributary's version)."
+    );
+    metrics::describe_histogram!(
+        "tributary_snapshot_build_seconds",
+        metrics::Unit::Seconds,
+        "Time to build a snapshot from a batch of registry changes."
+    );
 }
 
 fn buckets(b: PrometheusBuilder) -> PrometheusBuilder {
@@ -45,6 +74,32 @@ fn buckets(b: PrometheusBuilder) -> PrometheusBuilder {
 /// The current metrics in Prometheus text format.
 pub fn render() -> String {
     let h = handle();
+    super::process::sample();
     h.run_upkeep();
     h.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every family in the output has a HELP line (each subsystem describes what it records).
+    #[test]
+    fn build_and_process_metrics_render_with_help() {
+        let text = render();
+        let tag = format!(
+            "istio_build{{component=\"pilot\",tag=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&tag), "{text}");
+        for family in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_threads",
+        ] {
+            assert!(text.contains(&format!("\n{family} ")), "{family} in {text}");
+            assert!(text.contains(&format!("# HELP {family} ")), "HELP {family}");
+        }
+    }
 }

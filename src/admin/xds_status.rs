@@ -1,11 +1,9 @@
 //! The admin's view of the xDS server's connections, in istiod's `/debug/syncz` and `/debug/adsz`
 //! shapes (ecosystem.md §1.2).
 
-use std::net::IpAddr;
-
 use serde_json::{Value, json};
 
-use super::XdsStatus;
+use super::{ProxyView, TypeView, XdsStatus, proxy_id_matches};
 use crate::xds::{ConnectionInfo, Connections};
 
 impl XdsStatus for Connections {
@@ -15,8 +13,12 @@ impl XdsStatus for Connections {
     }
 
     fn adsz(&self, proxy_id: Option<&str>) -> Value {
-        let conns = match proxy_id {
-            Some(id) => self.for_node(id),
+        let conns: Vec<ConnectionInfo> = match proxy_id {
+            Some(id) => self
+                .list()
+                .into_iter()
+                .filter(|c| proxy_id_matches(&c.node_id, id))
+                .collect(),
             None => self.list(),
         };
         let clients: Vec<Value> = conns
@@ -54,8 +56,30 @@ impl XdsStatus for Connections {
         Connections::push_all(self)
     }
 
-    fn listener_address(&self, proxy_id: &str) -> Option<Option<IpAddr>> {
-        self.for_node(proxy_id).first().map(|c| c.listener_address)
+    fn proxy(&self, proxy_id: &str) -> Option<ProxyView> {
+        let newest = self
+            .list()
+            .into_iter()
+            .filter(|c| proxy_id_matches(&c.node_id, proxy_id))
+            .max_by_key(|c| c.connected_at)?;
+        Some(ProxyView {
+            bind: newest.listener_address,
+            delta: newest.delta,
+            types: newest
+                .types
+                .iter()
+                .map(|(ty, t)| {
+                    let view = TypeView {
+                        requested: t.requested,
+                        wildcard: t.wildcard,
+                        names: t.names.iter().cloned().collect(),
+                        sent_version: t.sent_version.clone(),
+                        sent_at: t.sent_at,
+                    };
+                    (*ty, view)
+                })
+                .collect(),
+        })
     }
 }
 

@@ -351,10 +351,19 @@ impl Aggregate {
 
     fn apply_change(&mut self, pos: usize, change: Change) {
         let host = change.hostname().clone();
+        super::metrics::registry_change(
+            self.registries[pos].id.as_str(),
+            matches!(change, Change::Delete(_)),
+        );
         let per_registry = self.states.entry(host.clone()).or_default();
         let kind = match change {
             Change::Upsert(state) => {
-                metrics::counter!("pilot_inbound_updates", "type" => "svc").increment(1);
+                // istiod's kinds: a registry update that leaves the service as it was is `eds`.
+                let inbound = match per_registry.get(&pos) {
+                    Some(old) if old.service == state.service => "eds",
+                    _ => "svc",
+                };
+                metrics::counter!("pilot_inbound_updates", "type" => inbound).increment(1);
                 if per_registry.insert(pos, state).is_none() {
                     self.registries[pos].services += 1;
                 }

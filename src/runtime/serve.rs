@@ -77,7 +77,11 @@ pub(super) fn spawn(
     routes = xds.rest().mount(routes);
     if let Some(control) = control {
         // The mock control API is plaintext-only: never on the network port.
-        routes = routes.add_service(control.into_server());
+        let (reflection, reflection_alpha) = tributary_registries::mock::reflection_services();
+        routes = routes
+            .add_service(control.into_server())
+            .add_service(reflection)
+            .add_service(reflection_alpha);
     }
     // Pushes are small writes that must leave at once: no Nagle delay.
     let incoming =

@@ -99,13 +99,23 @@ pub(crate) async fn run<P: Protocol>(
     let conn = Arc::clone(registration.id());
     let force_push = registration.force_push();
     let drain = params.drain.clone();
-    tracing::debug!(%conn, delta, "xDS stream connected");
+    let node_id = Arc::clone(&node.id);
+    let peer = peer_text(params.peer);
+    tracing::info!(%conn, node = %node_id, %peer, delta, "xDS stream connected");
     let mut p = new(params, node, registration, writer);
     let status = serve(&mut p, first, requests, snapshots, drain, &force_push).await;
-    if let Some(status) = status {
-        tracing::debug!(%conn, code = ?status.code(), "xDS stream ended");
-        p.writer().finish(status);
+    match status {
+        Some(status) => {
+            tracing::info!(%conn, node = %node_id, %peer, code = %status.code(), "xDS stream ended");
+            p.writer().finish(status);
+        }
+        None => tracing::info!(%conn, node = %node_id, %peer, "xDS stream closed by the client"),
     }
+}
+
+/// A peer address for log fields (`unknown` when the transport does not say).
+pub(crate) fn peer_text(peer: Option<std::net::SocketAddr>) -> String {
+    peer.map_or_else(|| "unknown".to_string(), |p| p.to_string())
 }
 
 /// Waits for the first request. `None`: the body went away; `Err`: end the stream with it.

@@ -12,6 +12,8 @@
 //! | `pilot_xds_expired_nonce` | counter | `type` | requests ignored for a stale nonce |
 //! | `pilot_proxy_convergence_time` | histogram (s) | — | snapshot trigger → push handed over |
 //! | `pilot_xds_config_size_bytes` | histogram | `type` | encoded size of each response |
+//! | `pilot_total_xds_internal_errors` | counter | `type` | a response or debug view tributary failed to produce |
+//! | `pilot_xds_push_time` | histogram (s) | `type` | a response's build-and-hand-over time on a stream |
 //! | `pilot_xds_invalid_requests` | counter | `reason` | tributary's own: requests refused or ignored (unknown type URL, missing node, …) |
 
 use std::time::Duration;
@@ -83,9 +85,27 @@ pub(crate) fn describe() {
         "Distribution of configuration sizes pushed to clients"
     );
     metrics::describe_counter!(
+        "pilot_total_xds_internal_errors",
+        "Total number of internal XDS errors in pilot."
+    );
+    metrics::describe_histogram!(
+        "pilot_xds_push_time",
+        metrics::Unit::Seconds,
+        "Total time in seconds Pilot takes to push lds, rds, cds and eds."
+    );
+    metrics::describe_counter!(
         "pilot_xds_invalid_requests",
         "xDS requests refused or ignored by tributary, by reason (unknown_type, missing_node, ...)."
     );
+}
+
+/// Creates the error counters at zero, so that dashboards show "no errors" rather than "no
+/// data" (istiod's Push Errors panel otherwise has no series until the first error).
+pub(crate) fn register_error_series() {
+    for ty in ResourceType::PUSH_ORDER {
+        metrics::counter!("pilot_total_xds_rejects", "type" => ty.short()).absolute(0);
+        metrics::counter!("pilot_total_xds_internal_errors", "type" => ty.short()).absolute(0);
+    }
 }
 
 /// A stream connected (`+1`) or went away (`-1`).
@@ -128,4 +148,15 @@ pub(crate) fn invalid(reason: InvalidReason) {
 /// A push for a snapshot reached the stream `elapsed` after its trigger.
 pub(crate) fn converged(elapsed: Duration) {
     metrics::histogram!("pilot_proxy_convergence_time").record(elapsed.as_secs_f64());
+}
+
+/// Something tributary should have been able to produce failed (`what`: `config_dump`, or a type's
+/// short name). istiod counts these as `pilot_total_xds_internal_errors`.
+pub(crate) fn internal_error(what: &'static str) {
+    metrics::counter!("pilot_total_xds_internal_errors", "type" => what).increment(1);
+}
+
+/// A response of `ty` took `took` from starting to build it to handing it to the stream.
+pub(crate) fn push_time(ty: ResourceType, took: Duration) {
+    metrics::histogram!("pilot_xds_push_time", "type" => ty.short()).record(took.as_secs_f64());
 }

@@ -391,7 +391,9 @@ impl TypeState {
             if !(changed || pending.all || pending.respond || !pending.names.is_empty()) {
                 return None;
             }
-            built.change_driven = changed;
+            // A stream's first response is not a change reaching it: convergence is measured
+            // from changes only, never from a connection's start.
+            built.change_driven = changed && since > 0;
             if self.sub.wildcard {
                 // Every wildcard stream sends these same bytes: one shared chunk.
                 if !res.is_empty() {
@@ -458,7 +460,7 @@ impl TypeState {
                 ),
             }
         }
-        built.change_driven = !changed.is_empty();
+        built.change_driven = !changed.is_empty() && since > 0;
         forced.extend(pending.names.into_iter().filter(|n| self.sub.covers(n)));
         for name in forced.iter().chain(changed.difference(&forced)) {
             match res.get(name) {

@@ -163,7 +163,7 @@ pub(crate) fn first_node(
             }
             _ => InvalidReason::BadMetadata,
         });
-        tracing::info!(error = %e, peer = ?peer, "refusing xDS stream");
+        tracing::info!(error = %e, peer = %super::driver::peer_text(peer), "refusing xDS stream");
         Status::invalid_argument(e.to_string())
     })
 }
@@ -206,7 +206,7 @@ pub(crate) fn authorize(
     auth.identity
         .authorize(auth.mapping, auth.trust_domain.as_deref(), node)
         .map_err(|e| {
-            tracing::warn!(error = %e, peer = ?peer, "refusing xDS stream: identity mismatch");
+            tracing::warn!(error = %e, peer = %super::driver::peer_text(peer), "refusing xDS stream: identity mismatch");
             Status::permission_denied(e.to_string())
         })
 }
@@ -370,6 +370,7 @@ impl driver::Protocol for Stream {
                     }
                     _ => None,
                 };
+                let started = std::time::Instant::now();
                 let Some(built) = self.types[ty.index()].build(
                     &snap,
                     self.node.view(),
@@ -395,6 +396,7 @@ impl driver::Protocol for Stream {
                     Ok(f) => f,
                     Err(e) => {
                         tracing::error!(conn = %self.registration.id(), error = %e, "cannot send response");
+                        metrics::internal_error(ty.short());
                         continue;
                     }
                 };
@@ -405,6 +407,7 @@ impl driver::Protocol for Stream {
                 let state = &mut self.types[ty.index()];
                 state.sent(nonce, built.version, &built.names);
                 metrics::pushed(ty, len);
+                metrics::push_time(ty, started.elapsed());
                 self.registration.update(ty, state.status());
                 if ty == ResourceType::Cluster {
                     self.types[ResourceType::Endpoint.index()].note_warming(&built.warming);

@@ -257,7 +257,7 @@ where
             Err(reason) => {
                 counted("error");
                 let delay = backoff.next_delay();
-                tracing::debug!(error = %reason, retry_in = ?delay, "consul read failed");
+                tracing::debug!(error = %reason, retry_in = %humantime::format_duration(delay), "consul read failed");
                 let news = failing.as_ref() != Some(&reason);
                 failing = Some(reason.clone());
                 if news && events.send(wrap(Outcome::Failed(reason))).await.is_err() {

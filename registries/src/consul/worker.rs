@@ -243,7 +243,7 @@ impl Worker {
         let owners = self.owners.entry(hostname.clone()).or_default();
         owners.insert(Arc::clone(&name));
         if owners.len() > 1 {
-            tracing::warn!(%hostname, services = ?owners, "several consul services map to one hostname; the first by name is served");
+            tracing::warn!(%hostname, services = %owners.iter().map(|o| &**o).collect::<Vec<_>>().join(", "), "several consul services map to one hostname; the first by name is served");
         }
         self.services.insert(
             name,

@@ -46,6 +46,16 @@ impl Kind {
         Kind::Nodes,
     ];
 
+    /// istiod's `type` label of `pilot_k8s_reg_events`.
+    pub(crate) fn metric_label(self) -> &'static str {
+        match self {
+            Kind::Services => "Services",
+            Kind::EndpointSlices => "EndpointSlice",
+            Kind::Pods => "Pods",
+            Kind::Nodes => "Nodes",
+        }
+    }
+
     /// The resource's plural, as in its URLs.
     pub(crate) fn plural(self) -> &'static str {
         match self {
@@ -285,6 +295,7 @@ where
                 None => st.inner = None,
                 Some(Ok(event)) => {
                     let event = event.modify(strip);
+                    count_event(kind, &event, &st.writer.as_reader());
                     st.writer.apply_watcher_event(&event);
                     let item = match &event {
                         Event::Init | Event::InitApply(_) => None,
@@ -316,4 +327,21 @@ where
         }
     });
     (store, stream.boxed())
+}
+
+/// Counts a watch event before it reaches the store (`pilot_k8s_reg_events`): an apply of an
+/// object the store already holds is an update, else an add (initial listings count as adds).
+fn count_event<K>(kind: Kind, event: &Event<K>, store: &Store<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    use crate::metrics::{ObjectEvent, k8s_registry_event};
+    match event {
+        Event::Apply(o) | Event::InitApply(o) => {
+            let existed = store.get(&ObjectRef::from_obj(o)).is_some();
+            k8s_registry_event(kind.metric_label(), ObjectEvent::upsert(existed));
+        }
+        Event::Delete(_) => k8s_registry_event(kind.metric_label(), ObjectEvent::Delete),
+        Event::Init | Event::InitDone => {}
+    }
 }

@@ -75,6 +75,16 @@ impl MockConfig {
         }
     }
 
+    /// Reads and checks the file, if one is configured: what start-up and `tributary validate` do
+    /// so that a missing or broken file fails loudly, with its line, instead of serving an empty
+    /// mesh.
+    pub fn check_file(&self) -> Result<(), super::FileError> {
+        match &self.file {
+            Some(path) => super::file_format::read_file(path, &self.origin()).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
     /// Checks everything that can be checked without reading the file.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.name.is_empty() {

@@ -29,6 +29,30 @@ impl MockControl {
     }
 }
 
+/// gRPC server reflection for the control API, in both versions clients ask for (`v1`, and
+/// `v1alpha`, which older grpcurl uses), so `grpcurl -plaintext ADDR list` and `describe` work
+/// without the `.proto`. Mount them next to [`MockControl::into_server`].
+pub fn reflection_services() -> (
+    tonic_reflection::server::v1::ServerReflectionServer<
+        impl tonic_reflection::server::v1::ServerReflection,
+    >,
+    tonic_reflection::server::v1alpha::ServerReflectionServer<
+        impl tonic_reflection::server::v1alpha::ServerReflection,
+    >,
+) {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+    };
+    let v1 = builder()
+        .build_v1()
+        .expect("build.rs embeds the control API's descriptor set, compiled by protox");
+    let v1alpha = builder()
+        .build_v1alpha()
+        .expect("build.rs embeds the control API's descriptor set, compiled by protox");
+    (v1, v1alpha)
+}
+
 /// `INVALID_ARGUMENT` naming the field, `NOT_FOUND` for unknown services, `UNAVAILABLE` when the
 /// registry is not running.
 fn status(e: MockError) -> Status {

@@ -137,6 +137,20 @@ fn port_number(port: u32) -> Result<u16, String> {
     }
 }
 
+/// A service as written in a mock file, for a control-API request (`tributary mock upsert`):
+/// checked as the registry checks it.
+pub fn spec_to_proto(
+    spec: &ServiceSpec,
+    origin: &crate::model::Origin,
+) -> Result<proto::Service, InvalidField> {
+    Ok(service_to_proto(&spec.to_state(origin)?))
+}
+
+/// A control-API service in the mock file's form (`tributary mock list|get`).
+pub fn spec_from_proto(p: proto::Service) -> Result<ServiceSpec, InvalidField> {
+    service_from_proto(p)
+}
+
 /// A served service for a response.
 pub(crate) fn service_to_proto(s: &ServiceState) -> proto::Service {
     let svc = &s.service;

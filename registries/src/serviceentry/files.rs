@@ -131,6 +131,7 @@ impl Directory {
         let previous = previous.unwrap_or_default();
         match parse_file(path, &text, &self.default_namespace, &previous.entries) {
             Ok(entries) => {
+                count_changes(&previous.entries, &entries);
                 if previous.problem.is_some() {
                     tracing::info!(file = %path.display(), "ServiceEntry file readable again");
                 }
@@ -142,7 +143,7 @@ impl Directory {
                 }
             }
             Err(problem) => {
-                tracing::warn!(file = %path.display(), line = ?problem.line, error = %problem.message,
+                tracing::warn!(file = %path.display(), line = problem.line, error = %problem.message,
                     "ServiceEntry file cannot be read; keeping its last readable version");
                 FileState {
                     text,
@@ -224,6 +225,23 @@ pub fn read_manifest(
         trust_domain: config.trust_domain.clone(),
     };
     Ok(catalog::build(&entries, &Pods::default(), &ctx))
+}
+
+/// Counts a file's objects that appeared, changed or went away (`pilot_k8s_cfg_events`).
+fn count_changes(before: &[Entry], after: &[Entry]) {
+    use crate::metrics::{ObjectEvent, config_event};
+    let old: std::collections::BTreeMap<_, _> = before.iter().map(|b| (&b.key, b)).collect();
+    for e in after {
+        match old.get(&e.key) {
+            Some(b) if b.valid == e.valid && b.problems == e.problems => {}
+            Some(_) => config_event(e.key.kind.name(), ObjectEvent::Update),
+            None => config_event(e.key.kind.name(), ObjectEvent::Add),
+        }
+    }
+    let new: std::collections::BTreeSet<_> = after.iter().map(|e| &e.key).collect();
+    for b in before.iter().filter(|b| !new.contains(&b.key)) {
+        config_event(b.key.kind.name(), ObjectEvent::Delete);
+    }
 }
 
 /// Parses every document of a file; the first unreadable document makes the whole file

@@ -73,8 +73,10 @@ impl FileSource {
             match watch_dir(self.dir.path()) {
                 Ok(w) => self.watch = Some(w),
                 // Also when the directory is gone, which the read below reports.
-                Err(e) => tracing::debug!(error = %e, interval = ?self.interval,
-                    "no directory watch; relying on periodic rescans until one can be set up"),
+                Err(e) => {
+                    tracing::debug!(error = %e, interval = %humantime::format_duration(self.interval),
+                    "no directory watch; relying on periodic rescans until one can be set up")
+                }
             }
         }
         let changed = self.dir.rescan();
@@ -139,11 +141,14 @@ impl ClusterSource {
                 namespace,
                 name,
             } => {
-                self.entries.remove(&ObjectKey {
+                let gone = self.entries.remove(&ObjectKey {
                     kind,
                     namespace,
                     name,
                 });
+                if gone.is_some() {
+                    crate::metrics::config_event(kind.name(), crate::metrics::ObjectEvent::Delete);
+                }
             }
             ClusterEvent::Deleted {
                 kind: None,
@@ -198,6 +203,10 @@ impl ClusterSource {
             api: self.settings.api(),
         };
         let previous = self.entries.get(&key).or_else(|| old?.get(&key)).cloned();
+        crate::metrics::config_event(
+            key.kind.name(),
+            crate::metrics::ObjectEvent::upsert(previous.is_some()),
+        );
         let entry = match parse_document(&text, None, &key.namespace, false) {
             Ok(Document::Object(parsed)) => Entry::new(*parsed, place, previous.as_ref()),
             Ok(Document::Empty | Document::Ignored) => return,

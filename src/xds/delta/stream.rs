@@ -163,6 +163,7 @@ impl driver::Protocol for Stream {
                     && [ResourceType::Listener, ResourceType::Route]
                         .iter()
                         .any(|t| self.types[t.index()].has_work(snap.seq));
+                let started = std::time::Instant::now();
                 let Some(built) =
                     self.types[ty.index()].build(&snap, self.node.view(), defer_removals)
                 else {
@@ -191,6 +192,7 @@ impl driver::Protocol for Stream {
                     Ok(f) => f,
                     Err(e) => {
                         tracing::error!(conn = %self.registration.id(), error = %e, "cannot send response");
+                        metrics::internal_error(ty.short());
                         continue;
                     }
                 };
@@ -201,6 +203,7 @@ impl driver::Protocol for Stream {
                 let state = &mut self.types[ty.index()];
                 state.sent(nonce, built.version, built.restore);
                 metrics::pushed(ty, len);
+                metrics::push_time(ty, started.elapsed());
                 self.registration.update(ty, state.status());
                 if ty == ResourceType::Cluster && self.params.fixed.is_none() {
                     // SOTW-32 for delta: re-warmed clusters need their assignment again.
