@@ -17,6 +17,7 @@ use tributary_registries::mock::MockConfig;
 use tributary_registries::serviceentry::ServiceEntryConfig;
 
 use crate::aggregate::DebounceSettings;
+use crate::control_api::ControlApiConfig;
 use crate::tls::TlsConfig;
 
 mod server;
@@ -56,7 +57,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Where the plaintext xDS gRPC server listens (and the mock registry's control API).
+    /// Where the plaintext xDS gRPC server listens.
     pub xds_addr: SocketAddr,
     /// Where the admin HTTP server listens: `/ready`, `/metrics`, `/debug/*`.
     pub admin_addr: SocketAddr,
@@ -82,6 +83,8 @@ pub struct Config {
     pub connections: ConnectionSettings,
     /// Graceful shutdown on SIGTERM/SIGINT.
     pub shutdown: ShutdownSettings,
+    /// Serve the mock registry's control API on its own listener. Unset: not served at all.
+    pub control_api: Option<ControlApiConfig>,
 }
 
 /// One registry to run. Adding a registry kind is one variant here and one match arm in
@@ -116,6 +119,7 @@ impl Default for Config {
             insecure_plaintext_xds: false,
             connections: ConnectionSettings::default(),
             shutdown: ShutdownSettings::default(),
+            control_api: None,
         }
     }
 }
@@ -129,6 +133,8 @@ pub struct Overrides {
     pub admin_addr: Option<SocketAddr>,
     /// `--mock-file`: replaces the file of the first mock registry, or adds one.
     pub mock_file: Option<PathBuf>,
+    /// `--control-addr`: serve the mock control API there (keeping a configured token file).
+    pub control_addr: Option<SocketAddr>,
 }
 
 impl Config {
@@ -165,6 +171,9 @@ impl Config {
         }
         if let Some(a) = o.admin_addr {
             self.admin_addr = a;
+        }
+        if let Some(addr) = o.control_addr {
+            self.control_api.get_or_insert_with(ControlApiConfig::default).addr = addr;
         }
         if let Some(file) = o.mock_file {
             // Only a mock registry takes the mock file.
@@ -280,6 +289,19 @@ impl Config {
                 "tls.addr {} is also used by xds_addr or admin_addr",
                 tls.addr
             )));
+        }
+        if let Some(c) = &self.control_api {
+            c.validate()
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            if [Some(self.xds_addr), Some(self.admin_addr), self.tls.as_ref().map(|t| t.addr)]
+                .contains(&Some(c.addr))
+                && c.addr.port() != 0
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "control_api.addr {} is also used by xds_addr, admin_addr or tls.addr",
+                    c.addr
+                )));
+            }
         }
         if self.xds_addr == self.admin_addr {
             return Err(ConfigError::Invalid(format!(

@@ -41,8 +41,10 @@ const RELOAD_COMMANDS_CAPACITY: usize = 16;
 
 /// A running tributary.
 pub struct Running {
-    /// Where plaintext xDS (and the mock control API) listens.
+    /// Where plaintext xDS listens.
     pub xds_addr: SocketAddr,
+    /// Where the mock control API listens, when it is served (`control_api:`).
+    pub control_addr: Option<SocketAddr>,
     /// Where mTLS xDS listens, if configured.
     pub xds_tls_addr: Option<SocketAddr>,
     /// Where admin HTTP listens.
@@ -143,6 +145,7 @@ pub async fn start_reloadable(
         })?;
     let xds_addr = listeners.plain.local_addr()?;
     let xds_tls_addr = listeners.tls_addr()?;
+    let control_addr = listeners.control_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     if !admin_addr.ip().is_loopback() {
         // SEC-6, SEC-14: the admin/debug server has no authentication; exposing it is explicit.
@@ -229,6 +232,7 @@ pub async fn start_reloadable(
     );
     Ok(Running {
         xds_addr,
+        control_addr,
         xds_tls_addr,
         admin_addr,
         mocks,
@@ -283,6 +287,9 @@ fn print_banner(r: &Running, demo: bool) {
         xds = r.xds_addr,
         tls = match r.xds_tls_addr {
             Some(a) => format!("\n  xDS over mTLS:    {a}"),
+            None => String::new(),
+        } + &match r.control_addr {
+            Some(a) => format!("\n  mock control API: {a}"),
             None => String::new(),
         },
         admin = r.admin_addr,
