@@ -173,7 +173,9 @@ impl Config {
             self.admin_addr = a;
         }
         if let Some(addr) = o.control_addr {
-            self.control_api.get_or_insert_with(ControlApiConfig::default).addr = addr;
+            self.control_api
+                .get_or_insert_with(ControlApiConfig::default)
+                .addr = addr;
         }
         if let Some(file) = o.mock_file {
             // Only a mock registry takes the mock file.
@@ -293,8 +295,12 @@ impl Config {
         if let Some(c) = &self.control_api {
             c.validate()
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-            if [Some(self.xds_addr), Some(self.admin_addr), self.tls.as_ref().map(|t| t.addr)]
-                .contains(&Some(c.addr))
+            if [
+                Some(self.xds_addr),
+                Some(self.admin_addr),
+                self.tls.as_ref().map(|t| t.addr),
+            ]
+            .contains(&Some(c.addr))
                 && c.addr.port() != 0
             {
                 return Err(ConfigError::Invalid(format!(

@@ -189,11 +189,20 @@ mod tests {
         assert!(!format!("{token:?}").contains("0123"));
         let mut md = MetadataMap::new();
         assert!(!token.admits(&md));
-        md.insert("authorization", "Bearer 0123456789abcdef0124".parse().unwrap());
+        md.insert(
+            "authorization",
+            "Bearer 0123456789abcdef0124".parse().unwrap(),
+        );
         assert!(!token.admits(&md));
-        md.insert("authorization", "Bearer 0123456789abcdef012".parse().unwrap());
+        md.insert(
+            "authorization",
+            "Bearer 0123456789abcdef012".parse().unwrap(),
+        );
         assert!(!token.admits(&md));
-        md.insert("authorization", "Bearer 0123456789abcdef0123".parse().unwrap());
+        md.insert(
+            "authorization",
+            "Bearer 0123456789abcdef0123".parse().unwrap(),
+        );
         assert!(token.admits(&md));
         md.insert("authorization", "0123456789abcdef0123".parse().unwrap());
         assert!(!token.admits(&md));

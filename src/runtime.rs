@@ -3,7 +3,9 @@
 //! Every long-lived task is owned by one `JoinSet` and stops on one cancellation token. Listen
 //! sockets are bound first, so a port in use fails start-up with a message that says which.
 
+pub(crate) mod accept;
 mod connections;
+mod first_frames;
 mod registries;
 mod serve;
 

@@ -63,7 +63,10 @@ impl Listeners {
             Some(c) => {
                 let token = c.load_token()?;
                 let listener = TcpListener::bind(c.addr).await.with_context(|| {
-                    format!("cannot listen for the mock control API on {} (control_api.addr)", c.addr)
+                    format!(
+                        "cannot listen for the mock control API on {} (control_api.addr)",
+                        c.addr
+                    )
                 })?;
                 if token.is_none() {
                     // Validation allows this only on loopback.
@@ -110,6 +113,7 @@ pub(super) fn spawn(
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
         servers.spawn(
             connections::serve(
+                "control_api",
                 incoming,
                 control_api::routes(control, token),
                 settings.clone(),
@@ -123,7 +127,7 @@ pub(super) fn spawn(
     let incoming =
         tonic::transport::server::TcpIncoming::from(listeners.plain).with_nodelay(Some(true));
     servers.spawn(
-        connections::serve(incoming, routes, settings.clone(), stop.clone())
+        connections::serve("xds", incoming, routes, settings.clone(), stop.clone())
             .instrument(info_span!("xds")),
     );
     if let Some((listener, material)) = listeners.tls {
@@ -132,8 +136,14 @@ pub(super) fn spawn(
         );
         let incoming = tls::incoming(listener, material, stop.clone());
         servers.spawn(
-            connections::serve(incoming, xds.routes(), settings.clone(), stop.clone())
-                .instrument(info_span!("xds_tls")),
+            connections::serve(
+                "xds_tls",
+                incoming,
+                xds.routes(),
+                settings.clone(),
+                stop.clone(),
+            )
+            .instrument(info_span!("xds_tls")),
         );
     }
 }
