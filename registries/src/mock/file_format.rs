@@ -32,7 +32,7 @@ mod errors;
 pub(crate) mod limits;
 pub(crate) mod locate;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
