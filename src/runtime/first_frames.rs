@@ -119,9 +119,9 @@ mod tests {
     async fn greeted_only_after_the_preface_and_settings_header() {
         let (mut client, server) = tokio::io::duplex(1024);
         let (mut watched, greeted) = Watched::new(server);
-        let mut buf = [0u8; 64];
+        let mut buf = [0u8; GREETING_BYTES - 1];
         client.write_all(&[0u8; GREETING_BYTES - 1]).await.unwrap();
-        watched.read(&mut buf).await.unwrap();
+        watched.read_exact(&mut buf).await.unwrap();
         let early = tokio::time::timeout(Duration::from_millis(50), greeted.wait()).await;
         assert!(
             early.is_err(),
@@ -129,7 +129,7 @@ mod tests {
             GREETING_BYTES - 1
         );
         client.write_all(&[0u8; 1]).await.unwrap();
-        watched.read(&mut buf).await.unwrap();
+        watched.read_exact(&mut buf[..1]).await.unwrap();
         tokio::time::timeout(Duration::from_secs(5), greeted.wait())
             .await
             .expect("greeted once the greeting is complete");

@@ -118,15 +118,14 @@ pub(crate) fn prescan(text: &str) -> Result<Scan, (usize, usize)> {
                     }
                 }
             }
-            In::Double => match b {
-                b'\\' => {
-                    if bytes.next() == Some(b'\n') {
-                        line += 1;
-                    }
+            In::Double => {
+                if b == b'"' {
+                    state = In::Plain;
+                } else if b == b'\\' && bytes.next() == Some(b'\n') {
+                    // An escape takes the next byte with it (an escaped line break too).
+                    line += 1;
                 }
-                b'"' => state = In::Plain,
-                _ => {}
-            },
+            }
             In::Comment => {
                 if b == b'\n' {
                     state = In::Plain;
