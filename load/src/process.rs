@@ -51,7 +51,8 @@ pub fn tributary_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
 
 impl Server {
     /// Starts tributary serving an (initially empty) mock registry with the given debounce, and
-    /// waits until it is ready.
+    /// waits until it is ready. Every simulated proxy connects from 127.0.0.1, so the per-peer
+    /// connection limit is off.
     pub fn tributary(bin: &Path, dir: &Path, debounce_yaml: &str) -> anyhow::Result<Self> {
         let (xds, admin, control) = (free_addr()?, free_addr()?, free_addr()?);
         let mesh = dir.join("mesh.yaml");
@@ -60,7 +61,7 @@ impl Server {
         std::fs::write(
             &config,
             format!(
-                "xds_addr: {xds}\nadmin_addr: {admin}\ncontrol_api: {{addr: {control}}}\nregistries:\n  - type: mock\n    name: load\n    file: {}\ndebounce: {debounce_yaml}\n",
+                "xds_addr: {xds}\nadmin_addr: {admin}\ncontrol_api: {{addr: {control}}}\nconnections: {{max_connections_per_peer: 0}}\nregistries:\n  - type: mock\n    name: load\n    file: {}\ndebounce: {debounce_yaml}\n",
                 mesh.display()
             ),
         )?;
