@@ -41,6 +41,10 @@ pub struct Cli {
     /// Address of the admin HTTP server (/ready, /metrics, /debug) [default: 127.0.0.1:15014].
     #[arg(long, value_name = "ADDR")]
     pub admin_addr: Option<SocketAddr>,
+    /// Serve the mock registry's control API on this address (off unless set here or in the
+    /// config's `control_api:`) [config default: 127.0.0.1:15016].
+    #[arg(long, value_name = "ADDR")]
+    pub control_addr: Option<SocketAddr>,
     /// Log filter, e.g. `info` or `info,tributary::xds=debug` (RUST_LOG syntax).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log_level: String,
@@ -190,6 +194,7 @@ impl Cli {
             xds_addr: self.xds_addr,
             admin_addr: self.admin_addr,
             mock_file: self.mock_file.clone(),
+            control_addr: self.control_addr,
         }
     }
 

@@ -17,6 +17,7 @@ use tributary_registries::mock::MockConfig;
 use tributary_registries::serviceentry::ServiceEntryConfig;
 
 use crate::aggregate::DebounceSettings;
+use crate::control_api::ControlApiConfig;
 use crate::tls::TlsConfig;
 
 mod admin;
@@ -59,7 +60,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Where the plaintext xDS gRPC server listens (and the mock registry's control API).
+    /// Where the plaintext xDS gRPC server listens.
     pub xds_addr: SocketAddr,
     /// Where the admin HTTP server listens: `/ready`, `/metrics`, `/debug/*`.
     pub admin_addr: SocketAddr,
@@ -91,6 +92,8 @@ pub struct Config {
     /// demo (which only a bare `tributary` serves).
     #[serde(skip)]
     pub from_file: bool,
+    /// Serve the mock registry's control API on its own listener. Unset: not served at all.
+    pub control_api: Option<ControlApiConfig>,
 }
 
 /// One registry to run. Adding a registry kind today takes a variant here, its arms in
@@ -129,6 +132,7 @@ impl Default for Config {
             shutdown: ShutdownSettings::default(),
             admin: AdminSettings::default(),
             from_file: false,
+            control_api: None,
         }
     }
 }
@@ -142,6 +146,8 @@ pub struct Overrides {
     pub admin_addr: Option<SocketAddr>,
     /// `--mock-file`: replaces the file of the first mock registry, or adds one.
     pub mock_file: Option<PathBuf>,
+    /// `--control-addr`: serve the mock control API there (keeping a configured token file).
+    pub control_addr: Option<SocketAddr>,
 }
 
 impl Config {
@@ -196,6 +202,11 @@ impl Config {
         }
         if let Some(a) = o.admin_addr {
             self.admin_addr = a;
+        }
+        if let Some(addr) = o.control_addr {
+            self.control_api
+                .get_or_insert_with(ControlApiConfig::default)
+                .addr = addr;
         }
         if let Some(file) = o.mock_file {
             // Only a mock registry takes the mock file.
@@ -316,6 +327,23 @@ impl Config {
         self.admin
             .validate(self.admin_addr.ip().is_loopback())
             .map_err(ConfigError::Invalid)?;
+        if let Some(c) = &self.control_api {
+            c.validate()
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            if [
+                Some(self.xds_addr),
+                Some(self.admin_addr),
+                self.tls.as_ref().map(|t| t.addr),
+            ]
+            .contains(&Some(c.addr))
+                && c.addr.port() != 0
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "control_api.addr {} is also used by xds_addr, admin_addr or tls.addr",
+                    c.addr
+                )));
+            }
+        }
         if self.xds_addr == self.admin_addr {
             return Err(ConfigError::Invalid(format!(
                 "xds_addr and admin_addr are both {}",

@@ -3,7 +3,8 @@
 //! This crate owns everything that is not platform-specific, left to right:
 //! registries (from `tributary-registries`) → [`aggregate`] (merge + debounce) → [`snapshot`]
 //! (immutable, built incrementally, swapped with `arc-swap`) → `xds` (ADS server) → Envoy, with
-//! `admin` (readiness, metrics, debug views) on the side, and [`tls`] (mTLS for the xDS port). [`envoy`] turns the model into Envoy
+//! `admin` (readiness, metrics, debug views) on the side, [`tls`] (mTLS for the xDS port) and
+//! [`control_api`] (the mock registry's control API, on its own listener). [`envoy`] turns the model into Envoy
 //! resources.
 //!
 //! It does not talk to any platform (that is `tributary-registries`) and holds no mutable state
@@ -17,6 +18,7 @@ pub mod aggregate;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
+pub mod control_api;
 mod demo;
 pub mod envoy;
 pub mod runtime;

@@ -3,7 +3,9 @@
 //! Every long-lived task is owned by one `JoinSet` and stops on one cancellation token. Listen
 //! sockets are bound first, so a port in use fails start-up with a message that says which.
 
+pub(crate) mod accept;
 mod connections;
+mod first_frames;
 mod registries;
 mod serve;
 mod supervise;
@@ -43,8 +45,10 @@ const RELOAD_COMMANDS_CAPACITY: usize = 16;
 
 /// A running tributary.
 pub struct Running {
-    /// Where plaintext xDS (and the mock control API) listens.
+    /// Where plaintext xDS listens.
     pub xds_addr: SocketAddr,
+    /// Where the mock control API listens, when it is served (`control_api:`).
+    pub control_addr: Option<SocketAddr>,
     /// Where mTLS xDS listens, if configured.
     pub xds_tls_addr: Option<SocketAddr>,
     /// Where admin HTTP listens.
@@ -207,6 +211,7 @@ async fn start_inner(
         })?;
     let xds_addr = listeners.plain.local_addr()?;
     let xds_tls_addr = listeners.tls_addr()?;
+    let control_addr = listeners.control_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     if !admin_addr.ip().is_loopback() {
         // SEC-6, SEC-14: the admin/debug server has no authentication; exposing it is explicit.
@@ -315,6 +320,7 @@ async fn start_inner(
     names.insert(t.id(), "admin server");
     Ok(Running {
         xds_addr,
+        control_addr,
         xds_tls_addr,
         admin_addr,
         mocks,
@@ -370,6 +376,9 @@ fn print_banner(r: &Running, demo: bool) {
         xds = r.xds_addr,
         tls = match r.xds_tls_addr {
             Some(a) => format!("\n  xDS over mTLS:    {a}"),
+            None => String::new(),
+        } + &match r.control_addr {
+            Some(a) => format!("\n  mock control API: {a}"),
             None => String::new(),
         },
         admin = r.admin_addr,

@@ -256,14 +256,19 @@ async fn the_mock_cli_drives_a_running_mock_registry() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("mesh.yaml"), mesh(8080, &[loopback(9090)])).unwrap();
+    let addr = loopback(free_port()).to_string();
     let t = Tributary::start(
         d,
         loopback(free_port()),
         loopback(free_port()),
-        &["--mock-file", &d.join("mesh.yaml").display().to_string()],
+        &[
+            "--mock-file",
+            &d.join("mesh.yaml").display().to_string(),
+            "--control-addr",
+            &addr,
+        ],
     )
     .await;
-    let addr = t.xds.to_string();
     let mock = |args: &[&str]| {
         let mut all = vec!["mock".to_string(), "--addr".to_string(), addr.clone()];
         all.extend(args.iter().map(|a| a.to_string()));
@@ -359,14 +364,15 @@ async fn grpc_reflection_lists_and_describes_the_control_api() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("mesh.yaml"), mesh(8080, &[loopback(9090)])).unwrap();
     let file = dir.path().join("mesh.yaml").display().to_string();
-    let t = Tributary::start(
+    let control = loopback(free_port()).to_string();
+    let _t = Tributary::start(
         dir.path(),
         loopback(free_port()),
         loopback(free_port()),
-        &["--mock-file", &file],
+        &["--mock-file", &file, "--control-addr", &control],
     )
     .await;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", t.xds))
+    let channel = tonic::transport::Channel::from_shared(format!("http://{control}"))
         .unwrap()
         .connect()
         .await

@@ -65,11 +65,18 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
     let listener = loopback(port);
     let file = dir.path().join("mesh.yaml");
     std::fs::write(&file, mesh(port, &[a.addr])).unwrap();
+    // The control API has its own listener (docs/hardening.md).
+    let control = loopback(free_port());
     let t = Tributary::start(
         dir.path(),
         loopback(free_port()),
         loopback(free_port()),
-        &["--mock-file", file.to_str().unwrap()],
+        &[
+            "--mock-file",
+            file.to_str().unwrap(),
+            "--control-addr",
+            &control.to_string(),
+        ],
     )
     .await;
     let mut envoy = Envoy::start(
@@ -104,7 +111,7 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
     );
 
     // The control API does the same.
-    let mut client = MockRegistryClient::connect(format!("http://{}", t.xds))
+    let mut client = MockRegistryClient::connect(format!("http://{control}"))
         .await
         .unwrap();
     client

@@ -203,7 +203,9 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     std::fs::create_dir_all(&dir)?;
     let bin = process::tributary_bin(args.tributary.as_deref())?;
     let server = Server::tributary(&bin, &dir, &args.debounce)?;
-    let control = Control::connect(server.xds).await?;
+    let control_addr =
+        anyhow::Context::context(server.control, "tributary serves the control API")?;
+    let control = Control::connect(control_addr).await?;
     eprintln!("generating mesh {spec}…");
     control.generate(&spec).await?;
     let deadline = Instant::now() + PHASE_LIMIT;

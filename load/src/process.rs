@@ -19,6 +19,8 @@ pub struct Server {
     child: Child,
     pub xds: SocketAddr,
     pub admin: Option<SocketAddr>,
+    /// The mock control API (tributary only).
+    pub control: Option<SocketAddr>,
 }
 
 impl Drop for Server {
@@ -49,16 +51,17 @@ pub fn tributary_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
 
 impl Server {
     /// Starts tributary serving an (initially empty) mock registry with the given debounce, and
-    /// waits until it is ready.
+    /// waits until it is ready. Every simulated proxy connects from 127.0.0.1, so the per-peer
+    /// connection limit is off.
     pub fn tributary(bin: &Path, dir: &Path, debounce_yaml: &str) -> anyhow::Result<Self> {
-        let (xds, admin) = (free_addr()?, free_addr()?);
+        let (xds, admin, control) = (free_addr()?, free_addr()?, free_addr()?);
         let mesh = dir.join("mesh.yaml");
         std::fs::write(&mesh, "services: []\n")?;
         let config = dir.join("tributary.yaml");
         std::fs::write(
             &config,
             format!(
-                "xds_addr: {xds}\nadmin_addr: {admin}\nregistries:\n  - type: mock\n    name: load\n    file: {}\ndebounce: {debounce_yaml}\n",
+                "xds_addr: {xds}\nadmin_addr: {admin}\ncontrol_api: {{addr: {control}}}\nconnections: {{max_connections_per_peer: 0}}\nregistries:\n  - type: mock\n    name: load\n    file: {}\ndebounce: {debounce_yaml}\n",
                 mesh.display()
             ),
         )?;
@@ -74,6 +77,7 @@ impl Server {
             child,
             xds,
             admin: Some(admin),
+            control: Some(control),
         };
         let deadline = Instant::now() + START_LIMIT;
         while server.get("/ready").map(|(s, _)| s) != Some(200) {
@@ -103,6 +107,7 @@ impl Server {
             child,
             xds,
             admin: None,
+            control: None,
         })
     }
 

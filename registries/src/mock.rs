@@ -127,7 +127,8 @@ impl MockRegistry {
                         (Some(watch), events)
                     }
                 };
-                let initial = file_format::read_file(path, &origin)
+                let initial = worker::read_off_runtime(path.clone(), origin.clone())
+                    .await
                     .map_err(|e| RegistryError::Config(e.to_string()))?;
                 let source = worker::FileSource {
                     path: path.clone(),

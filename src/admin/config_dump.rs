@@ -8,7 +8,6 @@
 //! listeners and routes, plus endpoints with `include_eds` (as Envoy's admin).
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -21,7 +20,7 @@ use prost::{Message, Name};
 
 use crate::envoy::ResourceType;
 use crate::envoy::json::{JsonError, to_json};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, View};
 
 /// Why a dump request cannot be answered as asked.
 #[derive(Debug, thiserror::Error)]
@@ -77,8 +76,8 @@ fn parse_type(t: &str) -> Result<ResourceType, DumpError> {
 /// One connected proxy, as the config dump needs it.
 #[derive(Debug, Clone)]
 pub struct ProxyView {
-    /// Listener bind address from its metadata (`None`: the default).
-    pub bind: Option<IpAddr>,
+    /// What the proxy sees of the snapshot (its listener bind address, or proxyless gRPC).
+    pub view: View,
     /// Whether it speaks delta xDS (resource versions are then per resource).
     pub delta: bool,
     /// Per type: what it subscribed to and what it was last sent.
@@ -112,7 +111,7 @@ pub fn build(snapshot: &Snapshot, proxy: &ProxyView, request: &DumpRequest) -> C
             .unwrap_or_default();
         let type_version = view.sent_version.clone().unwrap_or_default();
         let last_updated = view.sent_at.map(timestamp);
-        let resources = snapshot.resources_for(*ty, proxy.bind);
+        let resources = snapshot.resources_for(*ty, proxy.view);
         let mut items = Vec::new();
         if view.requested {
             for (name, entry) in &resources.entries {

@@ -75,6 +75,7 @@ fn connect(c: &Connections, id: &str, eds_names: &[&str]) -> crate::xds::Registr
         cluster: Arc::from("web.shop"),
         metadata: None,
         listener_address: None,
+        proxyless: false,
     };
     let reg = c.register(&node, None, false);
     reg.update(

@@ -63,7 +63,7 @@ impl XdsStatus for Connections {
             .filter(|c| proxy_id_matches(&c.node_id, proxy_id))
             .max_by_key(|c| c.connected_at)?;
         Some(ProxyView {
-            bind: newest.listener_address,
+            view: newest.view,
             delta: newest.delta,
             types: newest
                 .types

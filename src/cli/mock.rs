@@ -25,7 +25,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, Args)]
 pub struct MockArgs {
     /// Where the control API listens (HOST:PORT).
-    #[arg(long, value_name = "ADDR", default_value = crate::config::DEFAULT_XDS_ADDR)]
+    #[arg(long, value_name = "ADDR", default_value = crate::control_api::DEFAULT_CONTROL_ADDR)]
     pub addr: String,
     /// A file holding the bearer token the control API requires, if it requires one.
     #[arg(long, value_name = "FILE")]

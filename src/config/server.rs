@@ -31,6 +31,13 @@ pub struct ConnectionSettings {
     /// After a connection's age is up, how long its streams get to finish.
     #[serde(with = "super::duration")]
     pub max_connection_age_grace: Duration,
+    /// How long a new connection (after the TLS handshake, on the mTLS port) has to send its first
+    /// HTTP/2 frames before it is closed, so silent connections cannot pile up.
+    #[serde(with = "super::duration")]
+    pub first_frames_timeout: Duration,
+    /// Most connections open at once from one IP address, per listener; past it new ones are
+    /// closed at once. 0: no limit.
+    pub max_connections_per_peer: u32,
 }
 
 impl Default for ConnectionSettings {
@@ -46,6 +53,11 @@ impl Default for ConnectionSettings {
             max_connection_age: None,
             max_connection_age_jitter: Duration::from_secs(0),
             max_connection_age_grace: Duration::from_secs(10),
+            // As the TLS handshake timeout: a real client sends its preface in its first packet.
+            first_frames_timeout: Duration::from_secs(10),
+            // A proxy needs one connection. 1024 leaves room for many proxies behind one NAT
+            // address or node while bounding what one address can hold open.
+            max_connections_per_peer: 1024,
         }
     }
 }

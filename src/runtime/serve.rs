@@ -1,5 +1,6 @@
 //! The xDS transports: the plaintext server (loopback by default) and the mTLS server, both served
-//! by one connection loop with one set of HTTP/2 settings, and both serving the same [`XdsServer`].
+//! by one connection loop with one set of HTTP/2 settings, and both serving the same [`XdsServer`];
+//! and, when configured, the mock control API on a listener of its own (never on an xDS port).
 
 use std::net::SocketAddr;
 
@@ -10,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span, warn};
 use tributary_registries::mock::MockControl;
 
-use crate::config::{Config, ConnectionSettings};
+use crate::config::{Config, ConnectionSettings, RegistryConfig};
+use crate::control_api::{self, Token};
 use crate::tls::{self, ServerTls};
 use crate::xds::XdsServer;
 
@@ -21,6 +23,8 @@ use super::supervise::{Faults, TaskNames};
 pub(super) struct Listeners {
     pub plain: TcpListener,
     pub tls: Option<(TcpListener, ServerTls)>,
+    /// The control API's listener and the token it requires, when configured.
+    pub control: Option<(TcpListener, Option<Token>)>,
 }
 
 impl Listeners {
@@ -47,7 +51,44 @@ impl Listeners {
                 Some((listener, material))
             }
         };
-        Ok(Self { plain, tls })
+        let has_mock = config
+            .registries
+            .iter()
+            .any(|r| matches!(r, RegistryConfig::Mock(_)));
+        let control = match &config.control_api {
+            Some(_) if !has_mock => {
+                warn!("control_api is configured but no mock registry is: not serving it");
+                None
+            }
+            None => None,
+            Some(c) => {
+                let token = c.load_token()?;
+                let listener = TcpListener::bind(c.addr).await.with_context(|| {
+                    format!(
+                        "cannot listen for the mock control API on {} (control_api.addr)",
+                        c.addr
+                    )
+                })?;
+                if token.is_none() {
+                    // Validation allows this only on loopback.
+                    warn!(addr = %c.addr, "the mock control API accepts calls without credentials (loopback only; set control_api.token_file to require a token)");
+                }
+                Some((listener, token))
+            }
+        };
+        Ok(Self {
+            plain,
+            tls,
+            control,
+        })
+    }
+
+    /// The control API's address, if it is served.
+    pub fn control_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        Ok(match &self.control {
+            Some((l, _)) => Some(l.local_addr()?),
+            None => None,
+        })
     }
 
     /// The mTLS address, if any.
@@ -70,19 +111,25 @@ pub(super) fn spawn(
     stop: &CancellationToken,
     (faults, names): (&Faults, &mut TaskNames),
 ) {
+    if let (Some((listener, token)), Some(control)) = (listeners.control, control) {
+        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let t = servers.spawn(
+            connections::serve(
+                "control_api",
+                incoming,
+                control_api::routes(control, token),
+                settings.clone(),
+                stop.clone(),
+            )
+            .instrument(info_span!("control_api")),
+        );
+        names.insert(t.id(), "mock control API server");
+    }
     let mut routes = xds.routes();
     // Client status (CSDS) on the plaintext port only: it shows every client's config.
     routes = routes.add_service(xds.csds().into_server());
     // REST-JSON xDS polls (HTTP/1.1 or h2) beside gRPC.
     routes = xds.rest().mount(routes);
-    if let Some(control) = control {
-        // The mock control API is plaintext-only: never on the network port.
-        let (reflection, reflection_alpha) = tributary_registries::mock::reflection_services();
-        routes = routes
-            .add_service(control.into_server())
-            .add_service(reflection)
-            .add_service(reflection_alpha);
-    }
     // Pushes are small writes that must leave at once: no Nagle delay.
     let incoming =
         tonic::transport::server::TcpIncoming::from(listeners.plain).with_nodelay(Some(true));
@@ -90,7 +137,7 @@ pub(super) fn spawn(
         faults
             .wrap(
                 "xds",
-                connections::serve(incoming, routes, settings.clone(), stop.clone()),
+                connections::serve("xds", incoming, routes, settings.clone(), stop.clone()),
             )
             .instrument(info_span!("xds")),
     );
@@ -102,8 +149,14 @@ pub(super) fn spawn(
         names.insert(t.id(), "TLS reloader");
         let incoming = tls::incoming(listener, material, stop.clone());
         let t = servers.spawn(
-            connections::serve(incoming, xds.routes(), settings.clone(), stop.clone())
-                .instrument(info_span!("xds_tls")),
+            connections::serve(
+                "xds_tls",
+                incoming,
+                xds.routes(),
+                settings.clone(),
+                stop.clone(),
+            )
+            .instrument(info_span!("xds_tls")),
         );
         names.insert(t.id(), "mTLS xDS server");
     }

@@ -24,6 +24,7 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use super::identity::{PeerIdentity, spiffe_ids};
 use super::reload::ServerTls;
+use crate::runtime::accept::AcceptErrors;
 
 /// Finished handshakes waiting for the connection loop to take them. It takes each at once; a
 /// small buffer only smooths bursts, and when full, handshakes wait (back-pressure, not memory).
@@ -125,6 +126,7 @@ async fn accept_loop(
     let acceptor = TlsAcceptor::from(tls.server_config());
     let timeout = tls.config().handshake_timeout;
     let mut handshakes = JoinSet::new();
+    let mut errors = AcceptErrors::new("xds_tls");
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -134,11 +136,15 @@ async fn accept_loop(
                 let (tcp, remote) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        // EMFILE and friends: log and keep going (tonic does the same).
-                        tracing::warn!(error = %e, "accepting an xDS TLS connection failed");
-                        continue;
+                        // EMFILE and friends fail again at once: back off, log rarely.
+                        let wait = errors.failed(&e, tokio::time::Instant::now());
+                        tokio::select! {
+                            () = shutdown.cancelled() => return,
+                            () = tokio::time::sleep(wait) => continue,
+                        }
                     }
                 };
+                errors.succeeded();
                 // Pushes are small writes that must leave at once: no Nagle delay.
                 let _ = tcp.set_nodelay(true);
                 let info = TcpConnectInfo {

@@ -29,9 +29,10 @@
 //! all.
 
 mod errors;
+pub(crate) mod limits;
 pub(crate) mod locate;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -56,6 +57,7 @@ pub(crate) type Services = BTreeMap<Hostname, ServiceState>;
 pub struct MockFile {
     /// The services the file defines.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::seq")]
     pub services: Vec<ServiceSpec>,
 }
 
@@ -64,8 +66,10 @@ pub struct MockFile {
 #[serde(deny_unknown_fields)]
 pub struct ServiceSpec {
     /// The fully qualified hostname clients use.
+    #[serde(deserialize_with = "limits::string")]
     pub hostname: String,
     /// The service ports: unique names and numbers, at least one.
+    #[serde(deserialize_with = "limits::seq")]
     pub ports: Vec<PortSpec>,
     /// How proxies find instances; STATIC unless set.
     #[serde(default)]
@@ -75,15 +79,19 @@ pub struct ServiceSpec {
     pub location: MeshLocation,
     /// Virtual IPs of the service in the registry's cluster.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::seq")]
     pub vips: Vec<IpAddr>,
     /// Labels of the service itself.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::map")]
     pub labels: BTreeMap<String, String>,
     /// Service accounts its workloads run as.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::seq")]
     pub service_accounts: Vec<String>,
     /// The instances.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::seq")]
     pub endpoints: Vec<EndpointSpec>,
 }
 
@@ -92,6 +100,7 @@ pub struct ServiceSpec {
 #[serde(deny_unknown_fields)]
 pub struct PortSpec {
     /// Unique within the service; endpoints refer to it.
+    #[serde(deserialize_with = "limits::string")]
     pub name: String,
     /// 1..=65535, unique within the service.
     pub port: u16,
@@ -104,16 +113,20 @@ pub struct PortSpec {
 #[serde(deny_unknown_fields)]
 pub struct EndpointSpec {
     /// IP address (or DNS name for DNS resolution).
+    #[serde(deserialize_with = "limits::string")]
     pub address: String,
     /// Service port name → the port this endpoint listens on; unlisted ports use the service
     /// port's number.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::map")]
     pub ports: BTreeMap<String, u16>,
     /// Workload labels.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::map")]
     pub labels: BTreeMap<String, String>,
     /// `region/zone/subzone`; empty when unknown.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::string")]
     pub locality: String,
     /// healthy (default), unhealthy or draining.
     #[serde(default)]
@@ -123,9 +136,11 @@ pub struct EndpointSpec {
     pub weight: u32,
     /// The network it is reachable on; empty means the default network.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::string")]
     pub network: String,
     /// The identity it runs as; empty when unknown.
     #[serde(default)]
+    #[serde(deserialize_with = "limits::string")]
     pub service_account: String,
 }
 
@@ -133,20 +148,50 @@ fn default_weight() -> u32 {
     1
 }
 
-/// Reads and validates a mock registry file.
+impl limits::Weigh for ServiceSpec {}
+impl limits::Weigh for PortSpec {}
+impl limits::Weigh for EndpointSpec {}
+
+/// Reads and validates a mock registry file. It blocks (file I/O and a parse of up to
+/// [`limits::MAX_FILE_BYTES`]): call it off the async runtime (`spawn_blocking`).
 pub(crate) fn read_file(path: &Path, origin: &Origin) -> Result<Services, FileError> {
-    // A mock file is small and read at most once per debounce window, so a blocking read on the
-    // registry's task is fine and keeps paused-clock tests deterministic.
-    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+    use std::io::Read;
+    let read_error = |source| FileError::Read {
         path: path.to_path_buf(),
         source,
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    // Read one byte past the limit, so a file that grows between a size check and the read is
+    // still caught.
+    let mut bytes = Vec::new();
+    file.take(limits::MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > limits::MAX_FILE_BYTES {
+        return Err(FileError::TooLarge {
+            path: path.to_path_buf(),
+            limit: limits::MAX_FILE_BYTES,
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8: {e}"),
+        ))
     })?;
     parse_file(path, &text, origin)
 }
 
 /// Parses and validates the text of a mock registry file; `path` is only used in errors.
 pub(crate) fn parse_file(path: &Path, text: &str, origin: &Origin) -> Result<Services, FileError> {
-    let file: MockFile = serde_yaml::from_str(text).map_err(|e| syntax_error(path, text, &e))?;
+    let scan = limits::prescan(text).map_err(|(_, line)| FileError::TooDeep {
+        path: path.to_path_buf(),
+        line,
+        limit: limits::MAX_FLOW_DEPTH,
+    })?;
+    let file: MockFile =
+        limits::with_budget(limits::MAX_EXPANDED_BYTES, || serde_yaml::from_str(text))
+            .map_err(|e| syntax_error(path, text, &e, scan.has_alias))?;
     let top = [Seg::Key("services".to_string())];
     validate_services(&file.services, origin).map_err(|e| match e {
         SpecError::Invalid { index, source } => {
@@ -182,8 +227,9 @@ pub(crate) fn parse_file(path: &Path, text: &str, origin: &Origin) -> Result<Ser
     })
 }
 
-/// Turns a serde_yaml error into a [`FileError::Syntax`] naming the service it is in.
-fn syntax_error(path: &Path, text: &str, e: &serde_yaml::Error) -> FileError {
+/// Turns a serde_yaml error into a [`FileError::Syntax`] naming the service it is in. Finding the
+/// service re-parses the text without bounds, so it is skipped when aliases could make that costly.
+fn syntax_error(path: &Path, text: &str, e: &serde_yaml::Error, has_alias: bool) -> FileError {
     let full = e.to_string();
     // serde_yaml appends " at line L column C"; we print the line ourselves.
     let message = match full.rfind(" at line ") {
@@ -193,7 +239,10 @@ fn syntax_error(path: &Path, text: &str, e: &serde_yaml::Error) -> FileError {
     FileError::Syntax {
         path: path.to_path_buf(),
         line: e.location().map(|l| l.line()),
-        hostname: service_index(&message).and_then(|i| hostname_at(text, i)),
+        hostname: match has_alias {
+            true => None,
+            false => service_index(&message).and_then(|i| hostname_at(text, i)),
+        },
         message,
     }
 }
@@ -247,6 +296,11 @@ impl ServiceSpec {
         let root = FieldPath::default();
         let hostname = Hostname::new(&self.hostname)
             .map_err(|e| bad(root.clone().key("hostname"), e.to_string()))?;
+        check_labels(&self.labels)
+            .map_err(|(key, m)| bad(root.clone().key("labels").key(&key), m))?;
+        for (i, sa) in self.service_accounts.iter().enumerate() {
+            check_name(sa).map_err(|m| bad(root.clone().key("service_accounts").index(i), m))?;
+        }
         if self.ports.is_empty() {
             return Err(bad(
                 root.key("ports"),
@@ -259,6 +313,7 @@ impl ServiceSpec {
             if p.name.is_empty() {
                 return Err(bad(at.key("name"), "port name is empty".into()));
             }
+            check_name(&p.name).map_err(|m| bad(at.clone().key("name"), m))?;
             if p.port == 0 {
                 return Err(bad(at.key("port"), "port 0 is not allowed".into()));
             }
@@ -328,6 +383,15 @@ pub(crate) fn endpoints_to_model(
     let mut out = Vec::with_capacity(specs.len());
     for (i, e) in specs.iter().enumerate() {
         let at = FieldPath::default().index(i);
+        check_labels(&e.labels).map_err(|(key, m)| (at.clone().key("labels").key(&key), m))?;
+        for (field, value) in [
+            ("address", &e.address),
+            ("locality", &e.locality),
+            ("network", &e.network),
+            ("service_account", &e.service_account),
+        ] {
+            check_name(value).map_err(|m| (at.clone().key(field), m))?;
+        }
         if e.address.trim().is_empty() {
             return Err((at.key("address"), "address is empty".into()));
         }
@@ -366,4 +430,60 @@ pub(crate) fn endpoints_to_model(
     }
     out.sort_by(|a, b| (&a.address, &a.ports).cmp(&(&b.address, &b.ports)));
     Ok(out)
+}
+
+/// A name field within [`limits::MAX_NAME_BYTES`].
+fn check_name(value: &str) -> Result<(), String> {
+    match value.len() > limits::MAX_NAME_BYTES {
+        true => Err(format!(
+            "{} bytes long; at most {} are allowed",
+            value.len(),
+            limits::MAX_NAME_BYTES
+        )),
+        false => Ok(()),
+    }
+}
+
+/// Labels within [`limits::MAX_LABELS`] and the key and value length limits; the error names the
+/// offending key (shortened) and says what is wrong.
+fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), (String, String)> {
+    if labels.len() > limits::MAX_LABELS {
+        let first = labels.keys().next().cloned().unwrap_or_default();
+        return Err((
+            first,
+            format!(
+                "{} labels; at most {} are allowed",
+                labels.len(),
+                limits::MAX_LABELS
+            ),
+        ));
+    }
+    for (key, value) in labels {
+        // Enough of the key to recognise it, not a 200 MB error message.
+        let shown: String = key.chars().take(64).collect();
+        if key.is_empty() {
+            return Err((shown, "a label key is empty".into()));
+        }
+        if key.len() > limits::MAX_LABEL_KEY_BYTES {
+            return Err((
+                shown,
+                format!(
+                    "label key is {} bytes long; at most {} are allowed",
+                    key.len(),
+                    limits::MAX_LABEL_KEY_BYTES
+                ),
+            ));
+        }
+        if value.len() > limits::MAX_LABEL_VALUE_BYTES {
+            return Err((
+                shown,
+                format!(
+                    "label value is {} bytes long; at most {} are allowed",
+                    value.len(),
+                    limits::MAX_LABEL_VALUE_BYTES
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 mod conformance;
 mod control;
 mod faults;
+mod hostile;
 mod reload;
 
 use std::time::Duration;

@@ -2,11 +2,16 @@
 //!
 //! We watch the file's *directory*, not the file: editors and `mv` replace a file by renaming a
 //! new one over it, which ends a watch on the old inode. Events are filtered to the file's name
-//! and reduced to a bare "it may have changed" signal; the worker debounces and re-reads.
+//! and to kinds that change what the file holds ([`changes_content`]), and reduced to a bare "it
+//! may have changed" signal; the worker debounces and re-reads.
+//!
+//! The kind filter matters: inotify also reports opens, reads and closes, including the worker's
+//! own re-read, so without it every read caused another read, forever.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
@@ -49,10 +54,13 @@ pub(crate) fn watch_file(path: &Path) -> Result<(FileWatch, mpsc::Receiver<()>),
     let (tx, rx) = mpsc::channel(FILE_EVENT_CAPACITY);
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         let relevant = match &res {
-            Ok(event) => event
-                .paths
-                .iter()
-                .any(|p| p.file_name() == Some(name.as_os_str())),
+            Ok(event) => {
+                changes_content(&event.kind)
+                    && event
+                        .paths
+                        .iter()
+                        .any(|p| p.file_name() == Some(name.as_os_str()))
+            }
             // A watch error may hide a change: re-read to be safe.
             Err(_) => true,
         };
@@ -72,4 +80,49 @@ pub(crate) fn watch_file(path: &Path) -> Result<(FileWatch, mpsc::Receiver<()>),
             source,
         })?;
     Ok((FileWatch { _watcher: watcher }, rx))
+}
+
+/// Whether an event of this kind can change what the file holds: created, written, closed after
+/// writing, renamed (over or away), removed. Opens, reads, closes after reading and metadata
+/// changes (`touch`, `chmod`) cannot; kinds a backend does not detail are taken as changes.
+fn changes_content(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Create(_)
+        | EventKind::Modify(_)
+        | EventKind::Remove(_)
+        | EventKind::Any
+        | EventKind::Other => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{CreateKind, DataChange, MetadataKind, RenameMode};
+
+    use super::*;
+
+    #[test]
+    fn only_content_changes_count() {
+        for kind in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
+        ] {
+            assert!(!changes_content(&kind), "{kind:?}");
+        }
+        for kind in [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Remove(notify::event::RemoveKind::File),
+            EventKind::Other,
+        ] {
+            assert!(changes_content(&kind), "{kind:?}");
+        }
+    }
 }

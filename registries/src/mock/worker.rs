@@ -8,7 +8,9 @@ use tokio::sync::{OwnedMutexGuard, mpsc};
 use tokio::time::Instant;
 
 use super::delivery::Delivery;
-use super::file_format::{FieldPath, InvalidField, Seg, Services, endpoints_to_model, read_file};
+use super::file_format::{
+    FieldPath, FileError, InvalidField, Seg, Services, endpoints_to_model, read_file,
+};
 use super::handle::{Command, MockError, MockState};
 use super::layers::Layers;
 use super::watch::FileWatch;
@@ -89,7 +91,7 @@ impl Worker {
                     Some(()) => self.file_touched(),
                     None => self.file = None,
                 },
-                () = sleep(reload_at) => self.reload(),
+                () = sleep(reload_at) => self.reload().await,
                 () = sleep(due) => self.delivery.advance(Instant::now()),
             }
             self.flush().await?;
@@ -223,11 +225,11 @@ impl Worker {
         self.reload_at = Some((now + FILE_DEBOUNCE).min(started + FILE_DEBOUNCE_MAX));
     }
 
-    fn reload(&mut self) {
+    async fn reload(&mut self) {
         self.reload_at = None;
         self.burst_started = None;
         let Some(file) = &self.file else { return };
-        match read_file(&file.path, &self.origin) {
+        match read_off_runtime(file.path.clone(), self.origin.clone()).await {
             Ok(services) => {
                 if self.file_problem.take().is_some() {
                     tracing::info!(file = %file.path.display(), "mock registry file is valid again");
@@ -245,6 +247,20 @@ impl Worker {
             }
         }
     }
+}
+
+/// Reads and parses the file on a blocking thread: a large or hostile file must not stall the
+/// runtime's workers (and with them every xDS stream and `/ready`).
+pub(crate) async fn read_off_runtime(path: PathBuf, origin: Origin) -> Result<Services, FileError> {
+    let shown = path.clone();
+    tokio::task::spawn_blocking(move || read_file(&path, &origin))
+        .await
+        .unwrap_or_else(|e| {
+            Err(FileError::Read {
+                path: shown,
+                source: std::io::Error::other(format!("the file reader stopped: {e}")),
+            })
+        })
 }
 
 /// The next message, or never when there is no receiver; `None` when it closed.

@@ -91,6 +91,24 @@ pub enum FileError {
         /// Why reading failed.
         source: std::io::Error,
     },
+    /// The file is larger than [`super::limits::MAX_FILE_BYTES`].
+    #[error("mock registry file {} is larger than the {limit}-byte limit; serve a mesh this big from a real registry", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit, in bytes.
+        limit: u64,
+    },
+    /// The file nests `[`/`{` deeper than [`super::limits::MAX_FLOW_DEPTH`].
+    #[error("{}:{line}: `[`/`{{` nested deeper than {limit} (a mock file needs 2 or 3; brackets in comments and strings count too)", path.display())]
+    TooDeep {
+        /// The file.
+        path: PathBuf,
+        /// The line where the limit was passed.
+        line: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The file is not valid YAML or does not match the format (unknown field, bad protocol, ...).
     #[error("{}:{}: {}{message}", path.display(), line_text(*line), service_text(hostname.as_deref()))]
     Syntax {

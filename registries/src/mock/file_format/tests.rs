@@ -168,3 +168,109 @@ fn missing_file_names_the_path() {
         .to_string();
     assert!(err.contains("/nonexistent/tributary/m.yaml"), "{err}");
 }
+
+/// One anchored service with `endpoints` endpoints, then `refs` aliases of it: a few hundred KB of
+/// text that expands to `refs × endpoints` endpoints.
+pub(crate) fn alias_bomb(endpoints: usize, refs: usize) -> String {
+    let mut text = String::from(
+        "services:\n  - &s\n    hostname: a.b\n    ports: [{name: http, port: 80, protocol: HTTP}]\n    endpoints:\n",
+    );
+    for i in 0..endpoints {
+        text.push_str(&format!(
+            "      - {{address: 10.0.{}.{}}}\n",
+            i / 250,
+            i % 250
+        ));
+    }
+    for _ in 0..refs {
+        text.push_str("  - *s\n");
+    }
+    text
+}
+
+/// Guards a hostile parse: it must end (rejected) long before this; not a performance bound.
+const HOSTILE_PARSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+fn parse_bounded(text: String) -> Result<Services, FileError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(parse(&text));
+    });
+    rx.recv_timeout(HOSTILE_PARSE_LIMIT)
+        .expect("the parse ended within the bound")
+}
+
+#[test]
+fn deep_flow_nesting_is_refused_before_parsing() {
+    // 100,000 nested `[` (200 KB) used to cost libyaml tens of seconds of CPU.
+    let text = format!("services: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let err = parse_bounded(text).unwrap_err();
+    assert!(matches!(err, FileError::TooDeep { line: 1, .. }), "{err}");
+    assert!(err.to_string().contains("nested deeper than"), "{err}");
+}
+
+#[test]
+fn deep_block_nesting_is_refused() {
+    // Block nesting costs indentation or `- ` per level and is read linearly; the typed parse
+    // stops at the first level that is not a service (serde_yaml's recursion limit behind it).
+    let text = format!("services:\n{}x\n", "- ".repeat(100_000));
+    let err = parse_bounded(text).unwrap_err().to_string();
+    assert!(err.contains("services[0]"), "{err}");
+}
+
+#[test]
+fn an_alias_bomb_is_refused_without_expanding_it() {
+    // 1,000 endpoints referenced 10,000 times: ~150 KB of text, 10 million endpoints expanded.
+    let text = alias_bomb(1_000, 10_000);
+    assert!(text.len() < 200_000, "{}", text.len());
+    let err = parse_bounded(text).unwrap_err();
+    let shown = err.to_string();
+    assert!(matches!(err, FileError::Syntax { .. }), "{shown}");
+    assert!(shown.contains(limits::OVER_BUDGET), "{shown}");
+    // Aliases that expand to little are fine (here: a duplicate hostname, found after parsing).
+    let err = parse_bounded(alias_bomb(3, 1)).unwrap_err();
+    assert!(matches!(err, FileError::DuplicateHostname { .. }), "{err}");
+}
+
+#[test]
+fn oversized_names_and_labels_are_refused() {
+    let big = "v".repeat(200_000);
+    let text = format!(
+        "services:\n  - hostname: a.b\n    ports: [{{name: http, port: 80, protocol: HTTP}}]\n    endpoints:\n      - address: 10.0.0.1\n        labels: {{app: {big}}}\n"
+    );
+    let err = expect_error(&text, 6, "a.b", "services[0].endpoints[0].labels.app");
+    assert!(err.contains("label value is 200000 bytes"), "{err}");
+    assert!(err.len() < 1_000, "the error does not repeat the label");
+    let text = format!(
+        "services:\n  - hostname: a.b\n    ports: [{{name: {}, port: 80, protocol: HTTP}}]\n",
+        "p".repeat(limits::MAX_NAME_BYTES + 1)
+    );
+    let err = parse(&text).unwrap_err().to_string();
+    assert!(
+        err.contains("ports[0].name") && err.contains("at most 253"),
+        "{err}"
+    );
+    let labels: String = (0..=limits::MAX_LABELS)
+        .map(|i| format!("k{i}: v, "))
+        .collect();
+    let text = format!(
+        "services:\n  - hostname: a.b\n    labels: {{{labels}}}\n    ports: [{{name: http, port: 80, protocol: HTTP}}]\n"
+    );
+    let err = parse(&text).unwrap_err().to_string();
+    assert!(err.contains("65 labels; at most 64"), "{err}");
+}
+
+#[test]
+fn a_file_past_the_size_limit_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.yaml");
+    let mut text = String::from("services: []\n");
+    while (text.len() as u64) <= limits::MAX_FILE_BYTES {
+        text.push_str(&"# padding\n".repeat(100_000));
+    }
+    std::fs::write(&path, text).unwrap();
+    let err = read_file(&path, &origin()).unwrap_err();
+    assert!(matches!(err, FileError::TooLarge { .. }), "{err}");
+    std::fs::write(&path, "services: []\n").unwrap();
+    assert!(read_file(&path, &origin()).unwrap().is_empty());
+}

@@ -246,3 +246,36 @@ async fn faults_and_sync_control_over_grpc() {
     assert_eq!(summary(&r.drain()), ["-a.demo"]);
     server.abort();
 }
+
+#[tokio::test]
+async fn oversized_labels_and_names_are_refused_over_grpc() {
+    // docs/hardening.md, "The mock file": the same bounds apply to control-API requests.
+    let mut r = start(MockConfig::default());
+    r.settle().await;
+    let (mut client, server) = serve(r.handle.clone()).await;
+    let mut big_label = proto_service("echo.demo", "10.0.0.1");
+    big_label.endpoints[0]
+        .labels
+        .insert("app".into(), "v".repeat(1_000_000));
+    let mut big_name = proto_service("echo.demo", "10.0.0.1");
+    big_name.ports[0].name = "p".repeat(300);
+    for (service, says) in [
+        (big_label, "label value is 1000000 bytes"),
+        (big_name, "at most 253"),
+    ] {
+        let err = client
+            .upsert_service(proto::UpsertServiceRequest {
+                service: Some(service),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(says), "{}", err.message());
+        assert!(
+            err.message().len() < 1_000,
+            "the error does not echo the value"
+        );
+    }
+    assert_eq!(r.drain(), []);
+    server.abort();
+}
