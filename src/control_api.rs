@@ -164,9 +164,12 @@ pub fn routes(control: MockControl, token: Option<Token>) -> Routes {
     };
     // Reflection (for grpcurl and friends) answers the same callers as the API itself.
     let (reflection, reflection_alpha) = tributary_registries::mock::reflection_services();
-    Routes::new(InterceptedService::new(control.into_server(), check.clone()))
-        .add_service(InterceptedService::new(reflection, check.clone()))
-        .add_service(InterceptedService::new(reflection_alpha, check))
+    Routes::new(InterceptedService::new(
+        control.into_server(),
+        check.clone(),
+    ))
+    .add_service(InterceptedService::new(reflection, check.clone()))
+    .add_service(InterceptedService::new(reflection_alpha, check))
 }
 
 #[cfg(test)]
