@@ -1,4 +1,4 @@
-//! The `/debug/*` views, in istiod's shapes where one exists (ecosystem.md §1.2).
+//! The `/debug/*` views, in istiod's shapes where one exists (docs/ecosystem.md §1.2).
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
 //! The admin's view of the xDS server's connections, in istiod's `/debug/syncz` and `/debug/adsz`
-//! shapes (ecosystem.md §1.2).
+//! shapes (docs/ecosystem.md §1.2).
 
 use serde_json::{Value, json};
 

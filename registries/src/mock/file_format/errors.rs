@@ -91,7 +91,7 @@ pub enum FileError {
         /// Why reading failed.
         source: std::io::Error,
     },
-    /// The file is larger than [`super::limits::MAX_FILE_BYTES`].
+    /// The file is larger than `MAX_FILE_BYTES`.
     #[error("mock registry file {} is larger than the {limit}-byte limit; serve a mesh this big from a real registry", path.display())]
     TooLarge {
         /// The file.
@@ -99,7 +99,7 @@ pub enum FileError {
         /// The limit, in bytes.
         limit: u64,
     },
-    /// The file nests `[`/`{` deeper than [`super::limits::MAX_FLOW_DEPTH`].
+    /// The file nests `[`/`{` deeper than `MAX_FLOW_DEPTH`.
     #[error("{}:{line}: `[`/`{{` nested deeper than {limit} (a mock file needs 2 or 3; brackets in comments and strings count too)", path.display())]
     TooDeep {
         /// The file.
