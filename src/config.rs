@@ -173,12 +173,18 @@ impl Config {
     /// empty mesh; a file that breaks later only degrades its registry.
     pub fn check_sources(&self) -> Result<(), ConfigError> {
         for r in &self.registries {
-            if let RegistryConfig::Mock(m) = r {
-                m.validate()
-                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-                m.check_file().map_err(|e| {
-                    ConfigError::Invalid(format!("mock registry {:?}: {e}", m.name))
-                })?;
+            match r {
+                RegistryConfig::Mock(m) => {
+                    m.validate()
+                        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+                    m.check_file().map_err(|e| {
+                        ConfigError::Invalid(format!("mock registry {:?}: {e}", m.name))
+                    })?;
+                }
+                RegistryConfig::ServiceEntry(s) => s.check_directory().map_err(|e| {
+                    ConfigError::Invalid(format!("service_entry registry {:?}: {e}", s.name))
+                })?,
+                _ => {}
             }
         }
         Ok(())

@@ -101,6 +101,18 @@ fn a_missing_or_invalid_mock_file_stops_start_up_with_its_file_and_line() {
     let out = run(dir.path(), &args);
     assert!(!out.status.success());
     assert!(text(&out).contains("bad.yaml:3:"), "{}", text(&out));
+
+    // A ServiceEntry directory that is not there.
+    std::fs::write(
+        dir.path().join("se.yaml"),
+        "registries:\n- {type: service_entry, directory: no-such-dir}\n",
+    )
+    .unwrap();
+    let mut args = vec!["--config", "se.yaml"];
+    args.extend(ports);
+    let out = run(dir.path(), &args);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("no-such-dir"), "{}", text(&out));
 }
 
 #[test]

@@ -123,6 +123,19 @@ pub enum ConfigError {
 }
 
 impl ServiceEntryConfig {
+    /// Checks that the configured directory exists and is a directory: what start-up does, so that
+    /// a mistyped path fails loudly instead of serving no ServiceEntries while it is retried. Its
+    /// files are judged object by object later (a rejected object never stops the others).
+    pub fn check_directory(&self) -> Result<(), String> {
+        match &self.directory {
+            Some(dir) if !dir.is_dir() => Err(format!(
+                "directory {} does not exist or is not a directory",
+                dir.display()
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The registry id.
     pub fn registry_id(&self) -> RegistryId {
         RegistryId::new(&self.name)
