@@ -65,7 +65,8 @@ pub use worker::{FILE_DEBOUNCE, FILE_DEBOUNCE_MAX};
 use cluster::{Credentials, Settings};
 use convert::Context;
 use files::Directory;
-use worker::{AbortOnDrop, ClusterSource, FileSource, Worker};
+use tokio_util::task::AbortOnDropHandle;
+use worker::{ClusterSource, FileSource, Worker};
 
 /// A ServiceEntry registry instance. Create it with [`ServiceEntryRegistry::new`], start it with
 /// [`Registry::run`].
@@ -113,7 +114,7 @@ impl ServiceEntryRegistry {
             let (tx, rx) = mpsc::channel(cluster::EVENT_CAPACITY);
             let span = tracing::info_span!("serviceentry_crds", cluster = %c.cluster_id);
             let task = tokio::spawn(cluster::run(settings.clone(), tx).instrument(span));
-            ClusterSource::new(settings, rx, AbortOnDrop(task))
+            ClusterSource::new(settings, rx, AbortOnDropHandle::new(task))
         });
         tracing::info!(
             directory = ?c.directory,

@@ -24,7 +24,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::model::{Hostname, Origin, ServiceState};
 use crate::registry::{
@@ -107,7 +107,7 @@ pub async fn check_registry_conformance<D: ConformanceDriver>(mut driver: D) {
     );
     let (tx, rx) = mpsc::channel(EVENT_CAPACITY);
     let sink = RegistrySink::new(origin.registry.clone(), tx);
-    let task = AbortOnDrop(tokio::spawn(registry.run(sink)));
+    let task = AbortOnDropHandle::new(tokio::spawn(registry.run(sink)));
     let mut h = Harness {
         rx,
         task,
@@ -221,15 +221,6 @@ fn step<T>(result: Result<T, DriverError>, what: &str) -> T {
     }
 }
 
-/// Aborts the registry task when the harness ends, pass or fail.
-struct AbortOnDrop(JoinHandle<Result<(), RegistryError>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// One data change the registry reported, for "only real changes" checks.
 #[derive(Debug, Clone, PartialEq)]
 enum Logged {
@@ -247,7 +238,8 @@ impl Logged {
 
 struct Harness {
     rx: mpsc::Receiver<RegistryMessage>,
-    task: AbortOnDrop,
+    /// The registry task, aborted when the harness ends, pass or fail.
+    task: AbortOnDropHandle<Result<(), RegistryError>>,
     origin: Origin,
     quiet: Duration,
     /// The registry's state as the aggregate would see it.
@@ -270,7 +262,7 @@ impl Harness {
                 Some(msg.event)
             }
             Ok(None) => {
-                let result = (&mut self.task.0).await;
+                let result = (&mut self.task).await;
                 panic!("the registry stopped: {result:?}");
             }
         }

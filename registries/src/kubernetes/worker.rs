@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, info, warn};
 
 use super::client::Credentials;
@@ -48,16 +48,11 @@ pub(crate) enum Source {
 /// A task plus what it reported.
 struct Run {
     generation: u64,
-    task: JoinHandle<()>,
+    /// Aborted when the run is dropped (replaced by a newer generation, or the worker ends).
+    _task: AbortOnDropHandle<()>,
     shards: HashMap<Hostname, ServiceState>,
     synced: bool,
     health: Option<String>,
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 struct Entry {
@@ -122,13 +117,13 @@ impl Worker {
             credentials: credentials.clone(),
         };
         let span = tracing::info_span!("kube_cluster", cluster = %cluster, generation);
-        let task = tokio::spawn(
+        let task = AbortOnDropHandle::new(tokio::spawn(
             cluster::run(run, self.setup.settings.clone(), self.reports_tx.clone())
                 .instrument(span),
-        );
+        ));
         Run {
             generation,
-            task,
+            _task: task,
             shards: HashMap::new(),
             synced: false,
             health: None,

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{info, warn};
 
 use super::catalog::{self, Pods};
@@ -94,20 +94,12 @@ impl FileSource {
     }
 }
 
-/// Aborts the CRD watch task when the worker ends.
-pub(crate) struct AbortOnDrop(pub(crate) JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// The CRD source as the worker holds it.
 pub(crate) struct ClusterSource {
     settings: Arc<Settings>,
     events: mpsc::Receiver<ClusterEvent>,
-    _task: AbortOnDrop,
+    /// The CRD watch task, aborted when the worker ends.
+    _task: AbortOnDropHandle<()>,
     entries: BTreeMap<ObjectKey, Entry>,
     pods: Pods,
     /// Scopes that have not listed yet.
@@ -119,7 +111,7 @@ impl ClusterSource {
     pub(crate) fn new(
         settings: Arc<Settings>,
         events: mpsc::Receiver<ClusterEvent>,
-        task: AbortOnDrop,
+        task: AbortOnDropHandle<()>,
     ) -> Self {
         Self {
             pending: settings.scopes().into_iter().collect(),
