@@ -11,8 +11,9 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-/// Node metadata key through which a node picks the address its listeners bind to.
-pub const LISTENER_ADDRESS_KEY: &str = "LISTENER_ADDRESS";
+/// Node metadata key through which a node picks the address its listeners bind to: the one the
+/// xDS server reads.
+pub use crate::xds::LISTENER_ADDRESS_KEY;
 
 /// What the bootstrap should say.
 #[derive(Debug, Clone)]
