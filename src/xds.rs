@@ -59,6 +59,7 @@ mod connections;
 mod csds;
 mod delta;
 pub(crate) mod metrics;
+mod names;
 mod node;
 mod record;
 mod request;
@@ -148,6 +149,7 @@ impl XdsServer {
                 identity: options.identity,
                 trust_domain: options.trust_domain.map(Arc::from),
                 full_sets: Arc::default(),
+                names: Arc::default(),
             }),
         }
     }

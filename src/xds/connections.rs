@@ -72,7 +72,8 @@ pub struct TypeStatus {
     /// Message of the client's last NACK, if its last request was one (bounded).
     pub last_error: Option<String>,
     /// SotW EDS/RDS: the names the last response carried (what a NACK of it rejects); `None` for
-    /// full-state types and delta streams, whose NACKs are about every resource of the type.
+    /// full-state types, delta streams and a response that carried every subscribed name, whose
+    /// NACKs are about every resource of the type.
     pub last_names: Option<Arc<[Arc<str>]>>,
 }
 

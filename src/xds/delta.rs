@@ -28,6 +28,7 @@ use super::body::{Framed, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::TypeStatus;
 use super::metrics::InvalidReason;
+use super::names::SharedNames;
 use super::request::{Kind, MAX_NAMES_PER_REQUEST, check_names, refuse};
 use super::response::{self, TooLarge};
 use super::stream::Protocol;
@@ -83,6 +84,7 @@ impl Protocol for Delta {
         ty: ResourceType,
         req: &DeltaDiscoveryRequest,
         known: Option<&TypeResources>,
+        shared: &SharedNames,
         writer: &SlotWriter,
         conn: &str,
     ) -> Result<Kind, Status> {
@@ -100,6 +102,7 @@ impl Protocol for Delta {
             // request, so nothing goes out for names the client just dropped (INV-5).
             state.recalled();
         }
+        let before = state.names().clone();
         let kind = state.on_request(&Request {
             nonce: &req.response_nonce,
             subscribe: &req.resource_names_subscribe,
@@ -108,6 +111,9 @@ impl Protocol for Delta {
             error: Self::error(req),
             known,
         });
+        if !state.names().ptr_eq(&before) {
+            shared.share(state.names_mut());
+        }
         if state.subscribed_names() > MAX_NAMES_PER_REQUEST {
             // SEC-9: delta subscriptions accumulate across requests; cap the total as SotW caps
             // one request, so no client grows the server's memory without bound.

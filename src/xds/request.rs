@@ -5,17 +5,19 @@
 //! Nothing here knows about streams or protocol state: `stream.rs` runs these checks, the protocols
 //! (`sotw.rs`, `delta.rs`) apply what passes.
 
+mod frames;
+
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use prost::Message;
-use tonic::codec::{BufferSettings, DecodeBuf, Decoder};
 use tonic::{Code, Status};
 
 use super::metrics::{self, InvalidReason};
 use super::node::{NodeError, NodeInfo};
 use crate::envoy::ResourceType;
+use frames::Frames;
 
 /// Longest resource name accepted. Istio-style names (`outbound|port|subset|hostname`) stay under
 /// 300 bytes; hostnames are at most 253. Anything longer is garbage (SEC-12).
@@ -28,37 +30,33 @@ pub const MAX_NAMES_PER_REQUEST: usize = 200_000;
 /// How many unknown-type requests per stream are logged; the rest are only counted (SOTW-5).
 const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
 
-/// Initial request buffer per stream. tonic's default is 8 KiB per stream; a typical request (an
-/// ACK, a few names) is a few hundred bytes, and the buffer grows on demand for larger ones, so
-/// 1 KiB keeps idle streams small (docs/floor.md's per-stream budget).
-const REQUEST_BUFFER_BYTES: usize = 1024;
-
-/// Decodes requests (`DiscoveryRequest` or `DeltaDiscoveryRequest`), reporting malformed ones as
-/// the client's fault (TRANS-10), not `INTERNAL`.
-pub(crate) struct RequestDecoder<T>(PhantomData<T>);
-
-impl<T> RequestDecoder<T> {
-    pub(crate) fn new() -> Self {
-        Self(PhantomData)
-    }
+/// A stream's requests, decoded from its body. Malformed ones are the client's fault
+/// (TRANS-10), not `INTERNAL`; framing and size limits are [`Frames`]'s.
+pub(crate) struct Requests<T> {
+    frames: Frames,
+    message: PhantomData<fn() -> T>,
 }
 
-impl<T: Message + Default> Decoder for RequestDecoder<T> {
-    type Item = T;
-    type Error = Status;
+impl<T: Message + Default> Requests<T> {
+    /// Requests read from `body`, each at most `limit` bytes.
+    pub(crate) fn new(body: tonic::body::Body, limit: usize) -> Self {
+        Self {
+            frames: Frames::new(body, limit),
+            message: PhantomData,
+        }
+    }
 
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<T>, Status> {
-        T::decode(src).map(Some).map_err(|e| {
+    /// The next request; `None` when the client closed its side.
+    pub(crate) async fn message(&mut self) -> Result<Option<T>, Status> {
+        let Some(bytes) = self.frames.next().await? else {
+            return Ok(None);
+        };
+        T::decode(bytes).map(Some).map_err(|e| {
             metrics::invalid(InvalidReason::Malformed);
             let full = std::any::type_name::<T>();
             let name = full.rsplit("::").next().unwrap_or(full);
             Status::invalid_argument(format!("malformed {name}: {e}"))
         })
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        // The yield threshold only matters when encoding; keep tonic's 32 KiB default.
-        BufferSettings::new(REQUEST_BUFFER_BYTES, 32 * 1024)
     }
 }
 

@@ -2,9 +2,9 @@
 //! (tributary's connection loop) or on a `tonic::transport::Server`.
 //!
 //! Not tonic's generated server: it keeps a per-stream encode buffer as large as the largest
-//! message ever sent (`docs/floor.md`). Requests are decoded with tonic's `Streaming`;
-//! responses are [`ResponseBody`]s of shared pre-encoded bytes. Each service answers both its SotW
-//! and its delta method.
+//! message ever sent (`docs/floor.md`). Requests are read by `request.rs`, which keeps no buffer
+//! at the size of the largest request; responses are [`ResponseBody`]s of shared pre-encoded
+//! bytes. Each service answers both its SotW and its delta method.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -13,7 +13,6 @@ use std::task::{Context, Poll};
 
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
-use tonic::codec::Streaming;
 use tonic::server::NamedService;
 use tonic::transport::server::TcpConnectInfo;
 use tracing::Instrument;
@@ -22,7 +21,8 @@ use super::body::{self, ResponseBody};
 use super::cache::FullSetCache;
 use super::connections::Connections;
 use super::delta::Delta;
-use super::request::{Auth, RequestDecoder};
+use super::names::SharedNames;
+use super::request::{Auth, Requests};
 use super::sotw::Sotw;
 use super::stream::{self, Params};
 use crate::envoy::ResourceType;
@@ -38,6 +38,7 @@ pub(crate) struct Shared {
     pub identity: IdentityMapping,
     pub trust_domain: Option<Arc<str>>,
     pub full_sets: Arc<FullSetCache>,
+    pub names: Arc<SharedNames>,
 }
 
 type Request = http::Request<tonic::body::Body>;
@@ -88,16 +89,15 @@ impl Shared {
             peer,
             auth,
             full_sets: Arc::clone(&self.full_sets),
+            names: Arc::clone(&self.names),
         };
         let span = tracing::info_span!("xds_stream", method, peer = ?peer);
-        let limit = Some(self.max_decoding_message_size);
+        let limit = self.max_decoding_message_size;
         let task = if delta {
-            let requests =
-                Streaming::new_request(RequestDecoder::new(), req.into_body(), None, limit);
+            let requests = Requests::new(req.into_body(), limit);
             tokio::spawn(stream::run::<Delta>(params, requests, writer, snapshots).instrument(span))
         } else {
-            let requests =
-                Streaming::new_request(RequestDecoder::new(), req.into_body(), None, limit);
+            let requests = Requests::new(req.into_body(), limit);
             tokio::spawn(stream::run::<Sotw>(params, requests, writer, snapshots).instrument(span))
         };
         body.own_task(task);

@@ -18,6 +18,7 @@ use tonic::Status;
 use super::body::{Framed, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::TypeStatus;
+use super::names::SharedNames;
 use super::request::{Kind, check_names};
 use super::response::{self, TooLarge};
 use super::stream::Protocol;
@@ -76,6 +77,7 @@ impl Protocol for Sotw {
         ty: ResourceType,
         req: &DiscoveryRequest,
         known: Option<&TypeResources>,
+        shared: &SharedNames,
         writer: &SlotWriter,
         _conn: &str,
     ) -> Result<Kind, Status> {
@@ -88,13 +90,18 @@ impl Protocol for Sotw {
             // and nothing goes out for names or types the client just dropped (SOTW-35).
             state.recalled(&framed.names);
         }
-        Ok(state.on_request_known(
+        let before = state.names().clone();
+        let kind = state.on_request_known(
             &req.response_nonce,
             &req.version_info,
             &req.resource_names,
             Self::error(req),
             known,
-        ))
+        );
+        if !state.names().ptr_eq(&before) {
+            shared.share(state.names_mut());
+        }
+        Ok(kind)
     }
 
     fn subscribed(&self, ty: ResourceType) -> bool {

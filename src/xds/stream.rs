@@ -24,16 +24,16 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
-use tonic::codec::Streaming;
 
 use super::body::{BodyGone, Framed, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::{Connections, Registration, TypeStatus};
 use super::metrics;
+use super::names::SharedNames;
 use super::node::NodeInfo;
 use super::request::{
-    Auth, Kind, UnknownTypes, authorize, check_same_node, client_fault, first_node, peer_text,
-    request_type,
+    Auth, Kind, Requests, UnknownTypes, authorize, check_same_node, client_fault, first_node,
+    peer_text, request_type,
 };
 use super::response::TooLarge;
 use crate::envoy::ResourceType;
@@ -51,12 +51,14 @@ pub(crate) struct Params {
     pub auth: Option<Auth>,
     /// Whole-type bytes shared by wildcard streams.
     pub full_sets: Arc<FullSetCache>,
+    /// Subscribed name sets shared between streams.
+    pub names: Arc<SharedNames>,
 }
 
 /// One protocol's hooks: its per-type state and what its requests and responses look like.
 pub(crate) trait Protocol: Default {
     /// The request message (`DiscoveryRequest` or `DeltaDiscoveryRequest`).
-    type Request;
+    type Request: prost::Message + Default;
     /// A response's content, built from a snapshot, before framing.
     type Built;
     /// Whether this is the incremental protocol (registry and logs).
@@ -74,13 +76,16 @@ pub(crate) trait Protocol: Default {
     fn check(req: &Self::Request) -> Result<(), Status>;
 
     /// Applies a request about `ty`; `known` is the newest snapshot's resources of the type (new
-    /// subscriptions share their name `Arc`s). May recall the staged response from `writer` when
-    /// the request makes it wrong. An error ends the stream.
+    /// subscriptions share their name `Arc`s), `shared` the server's shared name sets (a changed
+    /// subscription shares an equal set's nodes). May recall the staged response from `writer`
+    /// when the request makes it wrong. An error ends the stream.
+    #[allow(clippy::too_many_arguments)]
     fn apply(
         &mut self,
         ty: ResourceType,
         req: &Self::Request,
         known: Option<&TypeResources>,
+        shared: &SharedNames,
         writer: &SlotWriter,
         conn: &str,
     ) -> Result<Kind, Status>;
@@ -147,7 +152,7 @@ pub(crate) struct Stream<P: Protocol> {
 /// connection and serves it. Aborted (and cleaned up by drop guards) if the body goes away.
 pub(crate) async fn run<P: Protocol>(
     params: Params,
-    mut requests: Streaming<P::Request>,
+    mut requests: Requests<P::Request>,
     writer: SlotWriter,
     snapshots: watch::Receiver<u64>,
 ) {
@@ -196,9 +201,9 @@ pub(crate) async fn run<P: Protocol>(
 }
 
 /// Waits for the first request. `None`: the body went away; `Err`: end the stream with it.
-async fn first_request<R>(
+async fn first_request<R: prost::Message + Default>(
     drain: &CancellationToken,
-    requests: &mut Streaming<R>,
+    requests: &mut Requests<R>,
     writer: &SlotWriter,
 ) -> Option<Result<R, Status>> {
     tokio::select! {
@@ -218,7 +223,7 @@ impl<P: Protocol> Stream<P> {
     async fn serve(
         &mut self,
         first: P::Request,
-        mut requests: Streaming<P::Request>,
+        mut requests: Requests<P::Request>,
         mut snapshots: watch::Receiver<u64>,
         drain: CancellationToken,
         force_push: &Notify,
@@ -267,6 +272,7 @@ impl<P: Protocol> Stream<P> {
             ty,
             &req,
             known.as_deref().map(|s| s.resources(ty)),
+            &self.params.names,
             &self.writer,
             self.registration.id(),
         )?;

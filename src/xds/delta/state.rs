@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use imbl::OrdSet;
 use imbl::ordmap::DiffItem;
 
 use super::super::connections::TypeStatus;
@@ -139,6 +140,16 @@ impl DeltaState {
     /// How many names are explicitly subscribed.
     pub(crate) fn subscribed_names(&self) -> usize {
         self.sub.names.len()
+    }
+
+    /// The subscription's explicit names, to share with equal sets of other streams (`names.rs`).
+    pub(crate) fn names(&self) -> &OrdSet<Arc<str>> {
+        &self.sub.names
+    }
+
+    /// See [`Self::names`].
+    pub(crate) fn names_mut(&mut self) -> &mut OrdSet<Arc<str>> {
+        &mut self.sub.names
     }
 
     /// Whether a response may be sent for this type (INV-5).

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use imbl::OrdSet;
 
 use super::super::cache::FullSetCache;
 use super::super::connections::TypeStatus;
@@ -70,7 +71,7 @@ pub(crate) struct SotwState {
     requested: bool,
     sent: Option<Sent>,
     /// EDS/RDS: the names the last response carried, for client status (CSDS): the response's own
-    /// list, shared, not a copy.
+    /// list, shared, not a copy; `None` when it carried every subscribed name.
     last_names: Option<Arc<[Arc<str>]>>,
     /// `sent` before the currently staged response, restored if that response is recalled.
     before_staged: Option<Option<Sent>>,
@@ -112,6 +113,16 @@ impl SotwState {
             warm_all: false,
             dropped_while_stale: Dropped::default(),
         }
+    }
+
+    /// The subscription's explicit names, to share with equal sets of other streams (`names.rs`).
+    pub(crate) fn names(&self) -> &OrdSet<Arc<str>> {
+        &self.sub.names
+    }
+
+    /// See [`Self::names`].
+    pub(crate) fn names_mut(&mut self) -> &mut OrdSet<Arc<str>> {
+        &mut self.sub.names
     }
 
     /// Whether a response may be sent for this type (INV-5).
@@ -460,7 +471,10 @@ impl SotwState {
             }
         }
         if !self.ty.full_state_in_sotw() {
-            self.last_names = Some(names);
+            // A response carrying every subscribed name is about all of them, as a full-state
+            // one is: nothing to keep (a proxy's first EDS answer names every cluster).
+            let all = !self.sub.wildcard && names.len() == self.sub.names.len();
+            self.last_names = (!all).then_some(names);
         }
     }
 

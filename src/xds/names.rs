@@ -1,0 +1,144 @@
+//! Subscribed name sets shared between streams.
+//!
+//! Thousands of proxies subscribe to the same EDS names (every cluster they received, the same for
+//! every proxy of a mesh), each in a set of its own: the names are shared `Arc`s already, but every
+//! stream's set had its own tree nodes (~16 bytes per name and the nodes' slack: 50–70 KB per
+//! stream for 2,000 clusters). A set applied to a subscription is looked up here by its content; a
+//! stream whose set equals one another stream holds takes a clone of that one instead, a persistent
+//! set whose nodes are then shared, so the stream holds the set's root, not a copy. A later change
+//! to the stream's set copies only the path it touches.
+//!
+//! Bounded: at most [`MAX_SETS`] sets and [`MAX_NAMES`] names in all are remembered; past either,
+//! the table starts over (sharing is an optimisation; a forgotten set only means the next stream
+//! with it keeps its own until it is remembered again). Small sets are not worth a lookup.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use imbl::OrdSet;
+
+/// Most distinct sets remembered: a mesh has a few subscription shapes (one per proxy kind and
+/// namespace scope), not thousands.
+const MAX_SETS: usize = 256;
+
+/// Most names remembered over all sets (~16 MB of set nodes at the worst), so distinct sets from
+/// misbehaving clients cannot make the table grow without bound.
+const MAX_NAMES: usize = 1_000_000;
+
+/// Sets smaller than this are kept per stream: their nodes cost less than the lookup.
+const MIN_SHARED_LEN: usize = 32;
+
+/// The table of shared name sets, one per server.
+#[derive(Default)]
+pub(crate) struct SharedNames {
+    inner: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    /// Sets by a 128-bit hash of their (sorted) names.
+    sets: HashMap<u128, OrdSet<Arc<str>>>,
+    names: usize,
+}
+
+impl SharedNames {
+    /// Replaces `names` with an equal set already remembered, or remembers it. Costs one pass over
+    /// the names (hash) plus a comparison that skips shared subtrees; call it when a set changed,
+    /// not on every request.
+    pub(crate) fn share(&self, names: &mut OrdSet<Arc<str>>) {
+        if names.len() < MIN_SHARED_LEN {
+            return;
+        }
+        let key = set_hash(names);
+        // Compared outside the lock: a clone of a persistent set is a pointer copy.
+        let found = self.lock().sets.get(&key).cloned();
+        if let Some(shared) = found {
+            if shared.ptr_eq(names) {
+                return;
+            }
+            if shared == *names {
+                *names = shared;
+                return;
+            }
+        }
+        let mut table = self.lock();
+        if table.sets.len() >= MAX_SETS || table.names + names.len() > MAX_NAMES {
+            table.sets.clear();
+            table.names = 0;
+        }
+        if let Some(old) = table.sets.insert(key, names.clone()) {
+            table.names -= old.len();
+        }
+        table.names += names.len();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        // The table is only ever left consistent (plain inserts and clears); a panic elsewhere
+        // while it was held does not make it wrong.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A hash of a set's names in order, each length-prefixed so no two sets share an encoding.
+fn set_hash(names: &OrdSet<Arc<str>>) -> u128 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for n in names {
+        h.update(&(n.len() as u64).to_le_bytes());
+        h.update(n.as_bytes());
+    }
+    h.digest128()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(range: std::ops::Range<usize>) -> OrdSet<Arc<str>> {
+        range
+            .map(|i| Arc::from(format!("outbound|80||svc-{i}")))
+            .collect()
+    }
+
+    #[test]
+    fn equal_sets_share_their_nodes() {
+        let table = SharedNames::default();
+        let mut a = set(0..2_000);
+        let mut b = set(0..2_000);
+        assert!(!a.ptr_eq(&b));
+        table.share(&mut a);
+        table.share(&mut b);
+        assert!(a.ptr_eq(&b), "the second stream holds the first one's set");
+        assert_eq!(b, set(0..2_000));
+    }
+
+    #[test]
+    fn different_and_small_sets_stay_their_own() {
+        let table = SharedNames::default();
+        let mut a = set(0..2_000);
+        let mut b = set(1..2_001);
+        table.share(&mut a);
+        table.share(&mut b);
+        assert!(!a.ptr_eq(&b));
+        assert_eq!(b, set(1..2_001));
+        let mut small = set(0..4);
+        let mut small2 = set(0..4);
+        table.share(&mut small);
+        table.share(&mut small2);
+        assert!(
+            !small.ptr_eq(&small2),
+            "below MIN_SHARED_LEN nothing is looked up"
+        );
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let table = SharedNames::default();
+        for i in 0..MAX_SETS + 10 {
+            let mut s = set(i..i + MIN_SHARED_LEN);
+            table.share(&mut s);
+        }
+        let t = table.lock();
+        assert!(t.sets.len() <= MAX_SETS);
+        assert_eq!(t.names, t.sets.values().map(OrdSet::len).sum::<usize>());
+    }
+}
