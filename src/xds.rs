@@ -79,7 +79,7 @@ pub use record::MAX_ERROR_BYTES;
 pub use request::{MAX_NAME_BYTES, MAX_NAMES_PER_REQUEST};
 pub use rest::RestService;
 pub use service::{AdsService, CdsService, EdsService, LdsService, RdsService};
-pub use subscription::{Change, Subscription, WILDCARD};
+pub use subscription::{Change, SotwNames, Subscription, WILDCARD};
 
 use std::sync::Arc;
 

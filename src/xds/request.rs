@@ -11,6 +11,8 @@ use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use prost::Message;
 use tonic::{Code, Status};
 
@@ -30,6 +32,23 @@ pub const MAX_NAMES_PER_REQUEST: usize = 200_000;
 /// How many unknown-type requests per stream are logged; the rest are only counted (SOTW-5).
 const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
 
+/// A request message read from one gRPC frame.
+pub(crate) trait FromFrame: Sized {
+    /// The message's name, for errors.
+    const NAME: &'static str;
+
+    /// Reads the message from its frame's bytes; `Err` says what is malformed.
+    fn from_frame(frame: Bytes) -> Result<Self, String>;
+}
+
+impl FromFrame for DeltaDiscoveryRequest {
+    const NAME: &'static str = "DeltaDiscoveryRequest";
+
+    fn from_frame(frame: Bytes) -> Result<Self, String> {
+        Self::decode(frame).map_err(|e| e.to_string())
+    }
+}
+
 /// A stream's requests, decoded from its body. Malformed ones are the client's fault
 /// (TRANS-10), not `INTERNAL`; framing and size limits are [`Frames`]'s.
 pub(crate) struct Requests<T> {
@@ -37,7 +56,7 @@ pub(crate) struct Requests<T> {
     message: PhantomData<fn() -> T>,
 }
 
-impl<T: Message + Default> Requests<T> {
+impl<T: FromFrame> Requests<T> {
     /// Requests read from `body`, each at most `limit` bytes.
     pub(crate) fn new(body: tonic::body::Body, limit: usize) -> Self {
         Self {
@@ -51,11 +70,9 @@ impl<T: Message + Default> Requests<T> {
         let Some(bytes) = self.frames.next().await? else {
             return Ok(None);
         };
-        T::decode(bytes).map(Some).map_err(|e| {
+        T::from_frame(bytes).map(Some).map_err(|e| {
             metrics::invalid(InvalidReason::Malformed);
-            let full = std::any::type_name::<T>();
-            let name = full.rsplit("::").next().unwrap_or(full);
-            Status::invalid_argument(format!("malformed {name}: {e}"))
+            Status::invalid_argument(format!("malformed {}: {e}", T::NAME))
         })
     }
 }

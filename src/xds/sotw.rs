@@ -1,18 +1,20 @@
 //! State-of-the-world xDS: the hooks `stream.rs` runs for `StreamAggregatedResources` and the
 //! per-type `Stream*` methods (SOTW-1..37).
 //!
-//! `state.rs` is the pure per-type protocol state; this file maps a request onto it, frames what it
+//! `request.rs` reads a request leaving its `resource_names` in the frame (an unchanged EDS ACK
+//! allocates nothing for them); `state.rs` is the pure per-type protocol state; this file maps a
+//! request onto it, frames what it
 //! builds, and says what follows CDS: clusters a CDS response added or changed have their EDS
 //! answered on the next EDS request, even one that looks like an ACK (SOTW-32). Make-before-break
 //! (SOTW-31): a CDS response told to hold removals keeps the clusters removed since the snapshot
 //! the last CDS response came from; a clean CDS response is owed when the push completes.
 
+mod request;
 mod state;
 
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use tonic::Status;
 
 use super::body::{Framed, SlotWriter};
@@ -22,8 +24,10 @@ use super::names::SharedNames;
 use super::request::{Kind, check_names};
 use super::response::{self, TooLarge};
 use super::stream::Protocol;
+use super::subscription::SotwNames;
 use crate::envoy::ResourceType;
 use crate::snapshot::{Snapshot, TypeResources, View};
+use request::SotwRequest;
 use state::{SotwBuilt, SotwState};
 
 /// The SotW side of one stream.
@@ -48,34 +52,31 @@ impl Default for Sotw {
 }
 
 impl Protocol for Sotw {
-    type Request = DiscoveryRequest;
+    type Request = SotwRequest;
     type Built = SotwBuilt;
     const DELTA: bool = false;
     const NONCE_MARK: &'static str = "-";
 
-    fn node(req: &DiscoveryRequest) -> Option<&Node> {
+    fn node(req: &SotwRequest) -> Option<&Node> {
         req.node.as_ref()
     }
 
-    fn type_url(req: &DiscoveryRequest) -> &str {
+    fn type_url(req: &SotwRequest) -> &str {
         &req.type_url
     }
 
-    fn error(req: &DiscoveryRequest) -> Option<&str> {
+    fn error(req: &SotwRequest) -> Option<&str> {
         req.error_detail.as_ref().map(|e| e.message.as_str())
     }
 
-    fn check(req: &DiscoveryRequest) -> Result<(), Status> {
-        check_names(
-            req.resource_names.len(),
-            req.resource_names.iter().map(String::as_str),
-        )
+    fn check(req: &SotwRequest) -> Result<(), Status> {
+        check_names(req.names.count(), req.names.each())
     }
 
     fn apply(
         &mut self,
         ty: ResourceType,
-        req: &DiscoveryRequest,
+        req: &SotwRequest,
         known: Option<&TypeResources>,
         shared: &SharedNames,
         writer: &SlotWriter,
@@ -94,7 +95,7 @@ impl Protocol for Sotw {
         let kind = state.on_request_known(
             &req.response_nonce,
             &req.version_info,
-            &req.resource_names,
+            &req.names,
             Self::error(req),
             known,
         );

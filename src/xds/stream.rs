@@ -32,8 +32,8 @@ use super::metrics;
 use super::names::SharedNames;
 use super::node::NodeInfo;
 use super::request::{
-    Auth, Kind, Requests, UnknownTypes, authorize, check_same_node, client_fault, first_node,
-    peer_text, request_type,
+    Auth, FromFrame, Kind, Requests, UnknownTypes, authorize, check_same_node, client_fault,
+    first_node, peer_text, request_type,
 };
 use super::response::TooLarge;
 use crate::envoy::ResourceType;
@@ -58,7 +58,7 @@ pub(crate) struct Params {
 /// One protocol's hooks: its per-type state and what its requests and responses look like.
 pub(crate) trait Protocol: Default {
     /// The request message (`DiscoveryRequest` or `DeltaDiscoveryRequest`).
-    type Request: prost::Message + Default;
+    type Request: FromFrame;
     /// A response's content, built from a snapshot, before framing.
     type Built;
     /// Whether this is the incremental protocol (registry and logs).
@@ -201,7 +201,7 @@ pub(crate) async fn run<P: Protocol>(
 }
 
 /// Waits for the first request. `None`: the body went away; `Err`: end the stream with it.
-async fn first_request<R: prost::Message + Default>(
+async fn first_request<R: FromFrame>(
     drain: &CancellationToken,
     requests: &mut Requests<R>,
     writer: &SlotWriter,

@@ -31,6 +31,32 @@ pub struct Subscription {
     last_list: Option<(usize, u128)>,
 }
 
+/// A SotW request's `resource_names`: a slice of decoded names, or a view over the request's
+/// bytes that allocates nothing (`sotw/request.rs`).
+pub trait SotwNames {
+    /// How many names (repeats included).
+    fn count(&self) -> usize;
+    /// The count and an order-sensitive 128-bit hash of the list (length-prefixed names, xxh3), which
+    /// recognises a repeated list without looking at its names one by one.
+    fn list_key(&self) -> (usize, u128);
+    /// The names, in request order.
+    fn each(&self) -> impl Iterator<Item = &str>;
+}
+
+impl SotwNames for [String] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn list_key(&self) -> (usize, u128) {
+        (self.len(), list_hash(self.iter().map(String::as_str)))
+    }
+
+    fn each(&self) -> impl Iterator<Item = &str> {
+        self.iter().map(String::as_str)
+    }
+}
+
 /// How one request changed a [`Subscription`].
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Change {
@@ -73,16 +99,16 @@ impl Subscription {
 
     /// [`Self::apply_sotw`], taking each newly subscribed name's `Arc` from `known` (the newest
     /// snapshot's resources of the type) when it names an existing resource, so the stream holds
-    /// no copy of its own (see `intern`).
-    pub fn apply_sotw_known(
+    /// no copy of its own (see `intern`). `requested` may be any [`SotwNames`].
+    pub fn apply_sotw_known<N: SotwNames + ?Sized>(
         &mut self,
         ty: ResourceType,
-        requested: &[String],
+        requested: &N,
         known: Option<&TypeResources>,
     ) -> Change {
-        let list = (requested.len(), list_hash(requested));
+        let list = requested.list_key();
         if self.explicit_seen
-            && !requested.is_empty()
+            && requested.count() != 0
             && (self.last_list == Some(list) || self.is_exactly(requested))
         {
             // Envoy repeats every EDS name in every ACK: recognise the unchanged list by its hash
@@ -91,20 +117,20 @@ impl Subscription {
             return Change::default();
         }
         self.last_list = Some(list);
-        let (wildcard, names) = if requested.is_empty() {
+        let (wildcard, names) = if requested.count() == 0 {
             (ty.legacy_wildcard() && !self.explicit_seen, OrdSet::new())
         } else {
             self.explicit_seen = true;
             let mut names = OrdSet::new();
             let mut wildcard = false;
-            for n in requested {
+            for n in requested.each() {
                 if n == WILDCARD {
                     wildcard = true;
                 } else {
                     // reuse the existing Arc when the name is already subscribed
                     let name = self
                         .names
-                        .get(n.as_str())
+                        .get(n)
                         .cloned()
                         .unwrap_or_else(|| intern(n, known));
                     names.insert(name);
@@ -135,23 +161,23 @@ impl Subscription {
     /// What of this subscription a SotW request naming `requested` leaves out, without applying
     /// it: whether it drops the wildcard, and which names. Read the way [`Self::apply_sotw`] reads
     /// a list.
-    pub fn left_out_by_sotw(
+    pub fn left_out_by_sotw<N: SotwNames + ?Sized>(
         &self,
         ty: ResourceType,
-        requested: &[String],
+        requested: &N,
     ) -> (bool, Vec<Arc<str>>) {
-        if requested.is_empty() {
+        if requested.count() == 0 {
             if ty.legacy_wildcard() && !self.explicit_seen {
                 // The legacy wildcard again: nothing left out.
                 return (false, Vec::new());
             }
             return (self.wildcard, self.names.iter().cloned().collect());
         }
-        if self.last_list == Some((requested.len(), list_hash(requested))) {
+        if self.last_list == Some(requested.list_key()) {
             // The list last applied, again (a stale ACK, typically): nothing left out.
             return (false, Vec::new());
         }
-        let named: std::collections::HashSet<&str> = requested.iter().map(String::as_str).collect();
+        let named: std::collections::HashSet<&str> = requested.each().collect();
         let left_out = self
             .names
             .iter()
@@ -163,16 +189,16 @@ impl Subscription {
 
     /// Whether `requested` (a non-empty SotW list, possibly with repeats) names exactly this
     /// subscription.
-    fn is_exactly(&self, requested: &[String]) -> bool {
+    fn is_exactly<N: SotwNames + ?Sized>(&self, requested: &N) -> bool {
         let mut wildcard = false;
-        let mut distinct = std::collections::HashSet::with_capacity(requested.len());
-        for n in requested {
+        let mut distinct = std::collections::HashSet::with_capacity(requested.count());
+        for n in requested.each() {
             if n == WILDCARD {
                 wildcard = true;
-            } else if !self.names.contains(n.as_str()) {
+            } else if !self.names.contains(n) {
                 return false;
             } else {
-                distinct.insert(n.as_str());
+                distinct.insert(n);
             }
         }
         wildcard == self.wildcard && distinct.len() == self.names.len()
@@ -241,13 +267,27 @@ impl Subscription {
 
 /// An order-sensitive hash of a SotW name list; each name is length-prefixed, so no two lists
 /// share an encoding.
-fn list_hash(names: &[String]) -> u128 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
+pub(crate) fn list_hash<'a>(names: impl IntoIterator<Item = &'a str>) -> u128 {
+    let mut h = ListHasher::default();
     for n in names {
-        h.update(&(n.len() as u64).to_le_bytes());
-        h.update(n.as_bytes());
+        h.add(n);
     }
-    h.digest128()
+    h.finish()
+}
+
+/// [`list_hash`], one name at a time.
+#[derive(Default)]
+pub(crate) struct ListHasher(xxhash_rust::xxh3::Xxh3);
+
+impl ListHasher {
+    pub(crate) fn add(&mut self, name: &str) {
+        self.0.update(&(name.len() as u64).to_le_bytes());
+        self.0.update(name.as_bytes());
+    }
+
+    pub(crate) fn finish(&self) -> u128 {
+        self.0.digest128()
+    }
 }
 
 /// `name` as a shared `Arc<str>`: the snapshot's own key when `known` has the resource, else a

@@ -19,7 +19,7 @@ use super::super::connections::TypeStatus;
 use super::super::record::{MAX_CLIENT_VERSION_BYTES, MAX_ERROR_BYTES, Sent, bounded};
 use super::super::request::Kind;
 use super::super::response::empty_cla;
-use super::super::subscription::{Change, Subscription};
+use super::super::subscription::{Change, SotwNames, Subscription};
 use crate::envoy::ResourceType;
 use crate::snapshot::{Snapshot, TypeResources, TypeVersion, View};
 
@@ -182,11 +182,11 @@ impl SotwState {
 
     /// Applies one request; newly subscribed names share `known`'s keys (the newest snapshot's
     /// resources of the type) where they exist.
-    pub(crate) fn on_request_known(
+    pub(crate) fn on_request_known<N: SotwNames + ?Sized>(
         &mut self,
         nonce: &str,
         version_info: &str,
-        names: &[String],
+        names: &N,
         error: Option<&str>,
         known: Option<&TypeResources>,
     ) -> Kind {
@@ -268,7 +268,7 @@ impl SotwState {
     /// Records what a stale request left out of the current subscription. A client that dropped a
     /// name in a request crossing our responses, then asked for it again in another, has thrown it
     /// away and needs it resent, while the server, ignoring both, saw no change (BUG-8).
-    fn note_stale(&mut self, requested: &[String]) {
+    fn note_stale<N: SotwNames + ?Sized>(&mut self, requested: &N) {
         let (wildcard, names) = self.sub.left_out_by_sotw(self.ty, requested);
         self.dropped_while_stale.wildcard |= wildcard;
         self.dropped_while_stale.names.extend(names);
