@@ -3,11 +3,11 @@
 //!
 //! `request.rs` reads a request leaving its `resource_names` in the frame (an unchanged EDS ACK
 //! allocates nothing for them); `state.rs` is the pure per-type protocol state; this file maps a
-//! request onto it, frames what it
-//! builds, and says what follows CDS: clusters a CDS response added or changed have their EDS
-//! answered on the next EDS request, even one that looks like an ACK (SOTW-32). Make-before-break
-//! (SOTW-31): a CDS response told to hold removals keeps the clusters removed since the snapshot
-//! the last CDS response came from; a clean CDS response is owed when the push completes.
+//! request onto it, frames what it builds, and says what follows CDS: clusters a CDS response
+//! added or changed have their EDS answered on the next EDS request, even one that looks like an
+//! ACK (SOTW-32). Make-before-break (SOTW-31): a CDS response told to hold removals keeps the
+//! clusters removed since the snapshot the last CDS response came from; a clean CDS response is
+//! owed when the push completes.
 
 mod request;
 mod state;
