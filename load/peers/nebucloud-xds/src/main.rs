@@ -13,10 +13,10 @@ mod control;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
+use prost::Message;
 use xds_cache::{Cache, ShardedCache, Snapshot};
 use xds_core::{BoxResource, NodeHash, Resource, TypeUrl};
 use xds_server::XdsServer;
-use prost::Message;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -136,7 +136,9 @@ fn addr_arg(args: &[String], flag: &str) -> Result<SocketAddr, Error> {
         .iter()
         .position(|a| a == flag)
         .ok_or_else(|| format!("{flag} ADDR is required"))?;
-    let value = args.get(i + 1).ok_or_else(|| format!("{flag} needs a value"))?;
+    let value = args
+        .get(i + 1)
+        .ok_or_else(|| format!("{flag} needs a value"))?;
     Ok(value.parse()?)
 }
 

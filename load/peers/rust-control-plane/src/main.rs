@@ -89,7 +89,9 @@ fn addr_arg(args: &[String], flag: &str) -> Result<SocketAddr, Error> {
         .iter()
         .position(|a| a == flag)
         .ok_or_else(|| format!("{flag} ADDR is required"))?;
-    let value = args.get(i + 1).ok_or_else(|| format!("{flag} needs a value"))?;
+    let value = args
+        .get(i + 1)
+        .ok_or_else(|| format!("{flag} needs a value"))?;
     Ok(value.parse()?)
 }
 
