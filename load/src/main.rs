@@ -78,7 +78,7 @@ enum Mode {
 
 #[derive(Parser, Clone)]
 struct RunArgs {
-    /// Mesh preset: small (100×1×5), medium (1,000×2×10), large (10,000×2×10).
+    /// Mesh preset: tiny (10×1×2), small (100×1×5), medium (1,000×2×10), large (10,000×2×10).
     #[arg(long, default_value = "small")]
     preset: String,
     /// Override the preset's number of services.

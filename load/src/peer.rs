@@ -221,8 +221,10 @@ async fn measure_into(
         match wait_until(step.kind, n, &probe, Probe::seen, plan.change_limit).await? {
             Some(last) => kind.1.push(last.saturating_duration_since(t)),
             None => {
+                let of_kind = plan.steps.iter().filter(|s| s.kind == step.kind).count();
                 kind.3 = Some(format!(
-                    "no push: {}/{n} proxies had it after {:?}",
+                    "no push: change {} of {of_kind} reached {}/{n} proxies in {:?}",
+                    kind.1.len() + 1,
                     probe.seen().0,
                     plan.change_limit
                 ));

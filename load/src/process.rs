@@ -161,6 +161,8 @@ impl Server {
             .arg("--control")
             .arg(control.to_string())
             .env("RUST_LOG", "warn")
+            // rust-control-plane's stream tasks panic when a client goes away: one line, no trace
+            .env("RUST_BACKTRACE", "0")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

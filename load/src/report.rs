@@ -144,7 +144,7 @@ fn change_cell(p: &PeerReport, change: &str, pick: impl Fn(&PeerChange) -> Optio
         Some(c) => match pick(c) {
             Some(v) => Cell {
                 value: Some(v),
-                note: None,
+                note: c.note.clone(),
             },
             None => Cell {
                 value: None,
@@ -266,9 +266,12 @@ impl Report {
             );
             for p in &self.peers {
                 let cell = m.peers.get(&p.name).cloned().unwrap_or_default();
+                let short = |n: &str| n.split(':').next().unwrap_or("-").to_owned();
                 let text = match (cell.value, cell.note) {
-                    (Some(v), _) => fmt_value(m.unit, v),
-                    (None, Some(n)) => n.split(':').next().unwrap_or("-").to_owned(),
+                    (Some(v), None) => fmt_value(m.unit, v),
+                    // some changes of this kind arrived, then one did not
+                    (Some(v), Some(n)) => format!("{}, then {}", fmt_value(m.unit, v), short(&n)),
+                    (None, Some(n)) => short(&n),
                     (None, None) => "-".into(),
                 };
                 line.push_str(&format!(" {text:>20}"));

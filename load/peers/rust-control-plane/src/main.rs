@@ -100,7 +100,9 @@ fn main() -> Result<(), Error> {
     let xds = addr_arg(&args, "--xds")?;
     let control_addr = addr_arg(&args, "--control")?;
     let rt = tokio::runtime::Runtime::new()?;
-    let cache = Arc::new(Cache::new(true));
+    // `ads = false`: in 0.1.2 the ADS consistency check holds back every request that names all
+    // the snapshot's resources or none (wildcard CDS/LDS), so with `true` no proxy ever syncs.
+    let cache = Arc::new(Cache::new(false));
     let control_listener = TcpListener::bind(control_addr)?;
     let xds_listener = rt.block_on(tokio::net::TcpListener::bind(xds))?;
     {
