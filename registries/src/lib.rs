@@ -27,6 +27,7 @@ pub mod mock;
 pub mod model;
 mod registry;
 pub mod serviceentry;
+mod support;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use super::client::Credentials;
 use crate::model::ClusterId;
+use crate::support::kube_client::Credentials;
 
 /// Room for one "the directory may have changed" signal; more would only repeat it.
 const DIR_EVENT_CAPACITY: usize = 1;
