@@ -1,6 +1,6 @@
-//! How fast the watches may go: token buckets (Consul's "rate limit, don't sleep" advice, REG-6)
-//! and the retry backoff after failures (REG-5). All time is `tokio::time`, so tests run them under
-//! a paused clock.
+//! How fast the watches may go: token buckets (Consul's "rate limit, don't sleep" advice, REG-6).
+//! The retry backoff after failures (REG-5) is `support::backoff`. All time is `tokio::time`, so
+//! tests run them under a paused clock.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -82,43 +82,6 @@ pub async fn wait_until(at: Instant, now: Instant) {
     }
 }
 
-/// Exponential backoff with "equal jitter": the n-th delay is uniformly random in
-/// `[d/2, d]` where `d = min(initial * 2^n, max)`, so retries from many watches spread out and
-/// never come faster than half the nominal delay.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    initial: Duration,
-    max: Duration,
-    current: Option<Duration>,
-}
-
-impl Backoff {
-    /// A backoff from `initial` doubling up to `max`.
-    pub fn new(initial: Duration, max: Duration) -> Self {
-        Self {
-            initial,
-            max: max.max(initial),
-            current: None,
-        }
-    }
-
-    /// The next delay.
-    pub fn next_delay(&mut self) -> Duration {
-        let nominal = match self.current {
-            None => self.initial,
-            Some(d) => d.saturating_mul(2).min(self.max),
-        };
-        self.current = Some(nominal);
-        let half = nominal / 2;
-        half + half.mul_f64(fastrand::f64())
-    }
-
-    /// Back to the initial delay, after a success.
-    pub fn reset(&mut self) {
-        self.current = None;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,31 +119,5 @@ mod tests {
             took >= Duration::from_millis(1990) && took <= Duration::from_millis(2010),
             "20 more requests at 10/s take 2 s, took {took:?}"
         );
-    }
-
-    // REG-5: exponential, jittered, capped; reset after success.
-    #[test]
-    fn backoff_doubles_with_jitter_up_to_the_cap() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-        let mut nominal = Duration::from_millis(100);
-        let mut seen = Vec::new();
-        for _ in 0..10 {
-            let d = b.next_delay();
-            assert!(
-                d >= nominal / 2 && d <= nominal,
-                "{d:?} within [{:?}, {nominal:?}]",
-                nominal / 2
-            );
-            seen.push(d);
-            nominal = (nominal * 2).min(Duration::from_secs(2));
-        }
-        assert!(seen[9] >= Duration::from_secs(1), "capped at 2 s: {seen:?}");
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(100));
-        // Jitter: many draws of the same step are not all equal.
-        let draws: std::collections::BTreeSet<Duration> = (0..20)
-            .map(|_| Backoff::new(Duration::from_secs(1), Duration::from_secs(1)).next_delay())
-            .collect();
-        assert!(draws.len() > 1, "jittered: {draws:?}");
     }
 }

@@ -24,8 +24,9 @@ use tokio::time::Instant;
 use super::blocking::{BlockingIndex, Observed};
 use super::client::{Answer, Client, ClientError, Query};
 use super::config::ConsulConfig;
-use super::pace::{Backoff, SharedBucket, TokenBucket, wait_until};
+use super::pace::{SharedBucket, TokenBucket, wait_until};
 use super::wire::{HealthEntry, ServiceList};
+use crate::support::backoff::RetryBackoff;
 
 /// Tokens of each watch's own bucket: Consul's documentation suggests "a token bucket with burst
 /// of 2" so two quick changes go through at once and a third waits for the refill.
@@ -207,7 +208,7 @@ where
 {
     let mut index = BlockingIndex::default();
     let mut bucket = TokenBucket::new(WATCH_BURST, shared.min_query_interval, Instant::now());
-    let mut backoff = Backoff::new(shared.backoff.0, shared.backoff.1);
+    let mut backoff = RetryBackoff::new(shared.backoff.0, shared.backoff.1);
     let mut failing: Option<String> = None;
     loop {
         let now = Instant::now();
@@ -256,7 +257,7 @@ where
             }
             Err(reason) => {
                 counted("error");
-                let delay = backoff.next_delay();
+                let delay = backoff.next().unwrap_or(shared.backoff.1);
                 tracing::debug!(error = %reason, retry_in = %humantime::format_duration(delay), "consul read failed");
                 let news = failing.as_ref() != Some(&reason);
                 failing = Some(reason.clone());
