@@ -1,48 +1,72 @@
-//! Client-side request rate limiting (QPS with a burst), as client-go's token bucket does it.
+//! Client-side request rate limits (a rate with a burst), as client-go's token bucket and
+//! Consul's "rate limit, don't sleep" advice (REG-6) ask: governor's GCRA limiter on tokio's
+//! clock, so tests drive it with a paused clock.
 //!
-//! A tower layer in front of kube's HTTP stack: `poll_ready` waits until a token is available.
-//! kube's `Client` puts a `Buffer` in front of the whole stack, so every request of one client
-//! (one cluster) draws from the same bucket. Long watches cost one token when they start.
+//! Two ways in: [`until_ready`] for a loop that waits its turn (the Consul watches), and
+//! [`RateLimitLayer`], a tower layer in front of kube's HTTP stack whose `poll_ready` waits until
+//! a request may go. kube's `Client` puts a `Buffer` in front of the whole stack, so every request
+//! of one client (one cluster) draws from the same limiter. Long watches cost one request when
+//! they start.
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use tokio::time::{Instant, Sleep, sleep};
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use tokio::time::{Sleep, sleep};
 use tower::{Layer, Service};
 
-/// A token bucket: `burst` tokens, refilled at `qps` per second.
-#[derive(Debug, Clone)]
-pub(crate) struct TokenBucket {
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
+/// governor's clock on `tokio::time`: a paused test clock paces the limiters too.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TokioClock;
+
+impl Clock for TokioClock {
+    type Instant = std::time::Instant;
+
+    fn now(&self) -> std::time::Instant {
+        tokio::time::Instant::now().into_std()
+    }
 }
 
-impl TokenBucket {
-    /// A full bucket.
-    pub(crate) fn new(qps: f32, burst: u32, now: Instant) -> Self {
-        let burst = f64::from(burst.max(1));
-        Self {
-            qps: f64::from(qps).max(f64::MIN_POSITIVE),
-            burst,
-            tokens: burst,
-            last: now,
-        }
-    }
+/// A limiter shared by whoever holds it.
+pub(crate) type Limiter =
+    RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<std::time::Instant>>;
 
-    /// Takes a token, or says how long until one is available.
-    pub(crate) fn take(&mut self, now: Instant) -> Result<(), Duration> {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            return Ok(());
-        }
-        Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
+/// The shortest interval between requests a limiter takes (a zero one would mean no limit).
+const MIN_INTERVAL: Duration = Duration::from_nanos(1);
+
+/// A limiter letting `burst` requests through at once, then one every `interval`.
+pub(crate) fn limiter(interval: Duration, burst: u32) -> Limiter {
+    let quota = Quota::with_period(interval.max(MIN_INTERVAL))
+        .expect("a non-zero period")
+        .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least one"));
+    RateLimiter::direct_with_clock(quota, TokioClock)
+}
+
+/// A limiter of `per_second` requests per second (fractions allowed), holding `burst` of them.
+pub(crate) fn per_second(per_second: f64, burst: u32) -> Limiter {
+    let interval = Duration::try_from_secs_f64(1.0 / per_second.max(f64::MIN_POSITIVE))
+        .unwrap_or(Duration::MAX);
+    limiter(interval, burst)
+}
+
+/// How long until `limiter` lets a request through; `None` when it just did (and counted it).
+fn take(limiter: &Limiter) -> Option<Duration> {
+    limiter
+        .check()
+        .err()
+        .map(|not_until| not_until.wait_time_from(TokioClock.now()))
+}
+
+/// Waits for `limiter` to let one request through. The happy path does not touch the timer.
+pub(crate) async fn until_ready(limiter: &Limiter) {
+    while let Some(wait) = take(limiter) {
+        sleep(wait).await;
     }
 }
 
@@ -59,18 +83,18 @@ impl<S> Layer<S> for RateLimitLayer {
     fn layer(&self, inner: S) -> RateLimit<S> {
         RateLimit {
             inner,
-            bucket: TokenBucket::new(self.qps, self.burst, Instant::now()),
+            limiter: per_second(f64::from(self.qps), self.burst),
             reserved: false,
             wait: None,
         }
     }
 }
 
-/// A service that lets requests through at most at its bucket's rate.
+/// A service that lets requests through at most at its limiter's rate.
 pub(crate) struct RateLimit<S> {
     inner: S,
-    bucket: TokenBucket,
-    /// A token was taken for the next `call`.
+    limiter: Limiter,
+    /// A request was counted for the next `call`.
     reserved: bool,
     wait: Option<Pin<Box<Sleep>>>,
 }
@@ -89,9 +113,9 @@ where
                 ready!(wait.as_mut().poll(cx));
                 self.wait = None;
             }
-            match self.bucket.take(Instant::now()) {
-                Ok(()) => self.reserved = true,
-                Err(delay) => self.wait = Some(Box::pin(sleep(delay))),
+            match take(&self.limiter) {
+                None => self.reserved = true,
+                Some(delay) => self.wait = Some(Box::pin(sleep(delay))),
             }
         }
         self.inner.poll_ready(cx)
@@ -107,24 +131,46 @@ where
 mod tests {
     use std::convert::Infallible;
 
+    use tokio::time::{Instant, advance};
+
     use super::*;
 
-    #[test]
-    fn burst_then_steady_rate() {
-        let t0 = Instant::now();
-        let mut b = TokenBucket::new(2.0, 3, t0);
+    // REG-6: a burst goes at once, then one request per interval; an idle limiter refills, but
+    // never beyond the burst.
+    #[tokio::test(start_paused = true)]
+    async fn burst_then_steady_rate() {
+        let b = per_second(2.0, 3);
         for _ in 0..3 {
-            b.take(t0).unwrap();
+            assert_eq!(take(&b), None);
         }
-        let wait = b.take(t0).unwrap_err();
-        assert_eq!(wait, Duration::from_millis(500));
-        b.take(t0 + Duration::from_millis(500)).unwrap();
+        assert_eq!(take(&b), Some(Duration::from_millis(500)));
+        advance(Duration::from_millis(500)).await;
+        assert_eq!(take(&b), None);
         // Idle time refills, but never beyond the burst.
-        let later = t0 + Duration::from_secs(60);
+        advance(Duration::from_secs(60)).await;
         for _ in 0..3 {
-            b.take(later).unwrap();
+            assert_eq!(take(&b), None);
         }
-        assert!(b.take(later).is_err());
+        assert!(take(&b).is_some());
+    }
+
+    // REG-6: the happy path never sleeps; a spinning loop is held to the rate.
+    #[tokio::test(start_paused = true)]
+    async fn until_ready_waits_only_when_empty() {
+        let limiter = per_second(10.0, 10);
+        let start = Instant::now();
+        for _ in 0..10 {
+            until_ready(&limiter).await;
+        }
+        assert_eq!(Instant::now(), start, "a full limiter costs no time");
+        for _ in 0..20 {
+            until_ready(&limiter).await;
+        }
+        let took = Instant::now() - start;
+        assert!(
+            took >= Duration::from_millis(1990) && took <= Duration::from_millis(2010),
+            "20 more requests at 10/s take 2 s, took {took:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
