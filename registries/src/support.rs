@@ -2,6 +2,8 @@
 //! no adapter (an adapter never imports another's internals).
 //!
 //! - `backoff`: jittered exponential delays between retries of a failing watch, list or client;
+//! - `file_watch`: a directory watched with notify, as a "may have changed" signal (the mock
+//!   file, the ServiceEntry directory, the remote-cluster kubeconfig directory);
 //! - `rate_limit`: a client-side QPS/burst limit as a tower layer;
 //! - `kube_client`: a kube `Client` for one cluster (kubeconfig or in-cluster), rate limited, with
 //!   an observer of successful responses (Kubernetes and ServiceEntry CRD sources);
@@ -9,6 +11,7 @@
 //!   ServiceEntry manifests).
 
 pub(crate) mod backoff;
+pub(crate) mod file_watch;
 pub(crate) mod kube_client;
 pub(crate) mod rate_limit;
 pub(crate) mod yaml_locate;
