@@ -10,7 +10,7 @@
 mod envoy_harness;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,9 @@ const SETTLE: Duration = Duration::from_secs(5);
 /// Readiness probes during the settle time, as a kubelet and a Prometheus scrape give any deployed
 /// server: an allocator returns freed pages as it works, and a production server is never idle.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// Profiling hooks (see [`server_bin`] and [`profiler_pause`]); both unset in the test suite.
+const PROFILE_BIN_ENV: &str = "MEM1_TRIBUTARY";
+const PROFILE_PAUSE_ENV: &str = "MEM1_PROFILE_PAUSE";
 
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -168,6 +171,26 @@ async fn settle(admin: SocketAddr, pid: u32) -> u64 {
     low
 }
 
+/// The server binary: the test's own, or `MEM1_TRIBUTARY` to profile another build of it (the
+/// `system-allocator` feature, so that heaptrack sees every allocation; BENCHMARKS.md).
+fn server_bin() -> PathBuf {
+    std::env::var_os(PROFILE_BIN_ENV).map_or_else(tributary_bin, PathBuf::from)
+}
+
+/// With `MEM1_PROFILE_PAUSE=<seconds>`, prints the server's pid once it is idle and waits, so a
+/// heap profiler can be attached (`heaptrack -p PID`): what it then records as still allocated
+/// when the server is killed at the end is exactly what the churn left behind. Unset: no pause.
+async fn profiler_pause(pid: u32) {
+    let Some(secs) = std::env::var(PROFILE_PAUSE_ENV).ok().map(|s| {
+        s.parse::<u64>()
+            .expect("MEM1_PROFILE_PAUSE is a number of seconds")
+    }) else {
+        return;
+    };
+    println!("MEM-1 idle server pid={pid}; pausing {secs} s for a profiler");
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resident_memory_returns_after_churn_and_every_client_left() {
     // MEM-1.
@@ -178,7 +201,7 @@ async fn resident_memory_returns_after_churn_and_every_client_left() {
     let admin = loopback(free_port());
     let log_path = dir.path().join("tributary.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Command::new(tributary_bin())
+    let mut child = Command::new(server_bin())
         .arg("--mock-file")
         .arg(&mesh)
         .arg("--xds-addr")
@@ -217,6 +240,7 @@ async fn resident_memory_returns_after_churn_and_every_client_left() {
         let _ = warm.await;
     }
     let idle = settle(admin, pid).await;
+    profiler_pause(pid).await;
 
     let mut channels = Vec::new();
     for _ in 0..CONNECTIONS {
