@@ -8,8 +8,8 @@
 mod api_listener;
 mod cluster;
 mod endpoint;
-#[cfg(test)]
-pub(crate) mod fixtures;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fixtures;
 pub mod json;
 mod listener;
 mod naming;
@@ -18,8 +18,6 @@ mod port_plan;
 mod resource;
 mod rest_source;
 mod route;
-#[cfg(test)]
-mod validate;
 
 pub use api_listener::{api_listener_name, api_listeners_for};
 pub use cluster::clusters_for;

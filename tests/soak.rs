@@ -7,14 +7,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod envoy_harness;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use envoy_harness::{free_port, http_get, tributary_bin};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
 use envoy_types::pb::envoy::config::core::v3::socket_address::PortSpecifier;
@@ -24,6 +23,8 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use hyper_util::rt::TokioIo;
 use prost::Message;
+use support::harness::{free_port, http_get, tributary_bin};
+use support::type_url::EDS;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
@@ -31,7 +32,6 @@ use tonic::transport::{Channel, Endpoint};
 use tributary_registries::mock::proto::mock_registry_client::MockRegistryClient;
 use tributary_registries::mock::proto::{Endpoint as EndpointSpec, SetEndpointsRequest};
 
-const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 const CHURN_HOST: &str = "churn.soak.svc.cluster.local";
 const CHURN_CLUSTER: &str = "outbound|8080||churn.soak.svc.cluster.local";
 const BIG_HOST: &str = "big.soak.svc.cluster.local";
