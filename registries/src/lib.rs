@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod mock;
 pub mod model;
 mod registry;
+pub mod rules;
 pub mod serviceentry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;

@@ -29,7 +29,7 @@
 //! other entry); writing status conditions back to the CRDs (read-only access suffices).
 
 mod catalog;
-mod checks;
+pub(crate) mod checks;
 mod cluster;
 mod config;
 mod convert;
