@@ -186,7 +186,10 @@ fn envoy_rejects_what_validation_keeps_out() {
         .expect("virtual service"),
     });
     let problems = tributary_registries::rules::validate_virtual_service(&vs);
-    assert!(problems.iter().any(|p| p.is_error()), "validation catches it");
+    assert!(
+        problems.iter().any(|p| p.is_error()),
+        "validation catches it"
+    );
     let set = RuleSet {
         destination_rules: Vec::new(),
         virtual_services: vec![vs],
@@ -194,5 +197,8 @@ fn envoy_rejects_what_validation_keeps_out() {
     let (bootstrap, _) = bootstrap_with_rules(&[reviews], &set);
     let dir = tempfile::tempdir().expect("temp dir");
     let err = envoy_validate(&bootstrap, dir.path()).expect_err("Envoy must reject the regex");
-    assert!(err.contains("regex") || err.contains("lookahead") || err.contains("invalid"), "{err}");
+    assert!(
+        err.contains("regex") || err.contains("lookahead") || err.contains("invalid"),
+        "{err}"
+    );
 }
