@@ -338,6 +338,19 @@ fn action(
                     return None;
                 }
             };
+            if let Some(subset) = &d.destination.subset
+                && !subset_defined(ctx.rules, &host, subset)
+            {
+                // Routed anyway, as istiod does: the route is right once the rule comes.
+                issues.push(ConfigIssue {
+                    object: object.to_string(),
+                    field: format!("{field}.route[{i}].destination.subset"),
+                    message: format!(
+                        "no DestinationRule defines subset {subset} of {host}; requests routed \
+                         to it fail (503) until one does"
+                    ),
+                });
+            }
             let weight = u32::try_from(d.weight.unwrap_or(0).max(0)).unwrap_or(u32::MAX);
             Some((cluster, weight, d.headers.as_ref(), host))
         })
@@ -486,6 +499,13 @@ fn destination_cluster(
         None => cluster_name(port, &host),
     };
     Ok((cluster, host))
+}
+
+/// Whether `host`'s DestinationRule defines `subset`.
+fn subset_defined(rules: &RuleIndex, host: &Hostname, subset: &str) -> bool {
+    rules
+        .destination_rule(host)
+        .is_some_and(|r| r.spec.subsets.iter().any(|s| s.name == subset))
 }
 
 /// The hash policy of `host`'s DestinationRule (consistent hashing only), as istiod builds it.
