@@ -16,12 +16,15 @@
 
 #![forbid(unsafe_code)]
 
+pub mod config_source;
+pub mod config_store;
 pub mod consul;
 pub mod duration;
 pub mod kubernetes;
 pub mod metrics;
 pub mod mock;
 pub mod model;
+pub mod rules;
 mod registry;
 pub mod serviceentry;
 #[cfg(any(test, feature = "test-util"))]

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
+use tributary_registries::config_store::ConfigStore;
 use tributary_registries::consul::ConsulRegistry;
 use tributary_registries::kubernetes::KubernetesRegistry;
 use tributary_registries::mock::{MockHandle, MockRegistry};
@@ -74,6 +75,8 @@ pub(super) struct Supervisor {
     entries: HashMap<String, Entry>,
     order: Vec<String>,
     tasks: JoinSet<()>,
+    /// Where config sources publish their traffic rules.
+    rules: ConfigStore,
     events: mpsc::Sender<RegistryMessage>,
     commands: CommandSender,
     shutdown: CancellationToken,
@@ -84,6 +87,7 @@ impl Supervisor {
     /// Starts every registry of `registries`; returns the supervisor and the mock handles.
     pub fn start(
         registries: &[RegistryConfig],
+        rules: ConfigStore,
         events: mpsc::Sender<RegistryMessage>,
         commands: CommandSender,
         shutdown: CancellationToken,
@@ -93,6 +97,7 @@ impl Supervisor {
             entries: HashMap::new(),
             order: Vec::new(),
             tasks: JoinSet::new(),
+            rules,
             events,
             commands,
             shutdown,
@@ -132,8 +137,10 @@ impl Supervisor {
             }
             RegistryConfig::ServiceEntry(sc) => {
                 let sc = (**sc).clone();
-                let make: RegistryFactory =
-                    Box::new(move || Box::new(ServiceEntryRegistry::new(sc.clone())));
+                let rules = self.rules.publisher(id.clone());
+                let make: RegistryFactory = Box::new(move || {
+                    Box::new(ServiceEntryRegistry::new(sc.clone()).with_rules(rules.clone()))
+                });
                 (make, None)
             }
         };
@@ -161,6 +168,8 @@ impl Supervisor {
     /// Applies the registries of a reloaded config.
     pub async fn apply(&mut self, new: &[RegistryConfig]) {
         let names: Vec<&str> = new.iter().map(RegistryConfig::name).collect();
+        self.rules
+            .set_order(names.iter().copied().map(RegistryId::new).collect());
         let removed: Vec<String> = self
             .order
             .iter()
@@ -172,6 +181,7 @@ impl Supervisor {
                 e.stop.cancel();
             }
             self.order.retain(|n| n != &name);
+            self.rules.remove(&RegistryId::new(&name));
             self.commands
                 .apply(AggregateCommand::Remove(RegistryId::new(&name)))
                 .await;
@@ -235,7 +245,7 @@ impl Supervisor {
                         ));
                     }
                     warn_restart_only(&current, &new);
-                    self.apply(&new.registries).await;
+                    self.apply(&new.all_registries()).await;
                     info!(path = %source.path.display(), "config reloaded");
                     current = new;
                 }
@@ -250,6 +260,7 @@ impl Supervisor {
 fn warn_restart_only(old: &Config, new: &Config) {
     let mut a = old.clone();
     a.registries = new.registries.clone();
+    a.config_sources = new.config_sources.clone();
     if &a != new {
         warn!("config reload changed settings other than registries; they apply after a restart");
     }
