@@ -238,7 +238,7 @@ async fn start_inner(
     let (commands_tx, commands_rx) = CommandSender::channel(RELOAD_COMMANDS_CAPACITY);
     let (supervisor, mocks) = registries::Supervisor::start(
         &all_registries,
-        rules,
+        rules.clone(),
         events_tx,
         commands_tx,
         shutdown.clone(),
@@ -312,6 +312,7 @@ async fn start_inner(
         xds: Arc::new(xds.connections()),
         config: Arc::new(config),
         draining: draining.clone(),
+        rules,
     };
     let t = tasks.spawn(
         faults

@@ -291,3 +291,118 @@ async fn crds_canary_shift_under_load_sotw() {
     mesh.wait_for_weights((90, 10)).await;
     canary_shift_under_load(&mesh).await;
 }
+
+/// Config sources show in `/debug/registryz` (sync state, healthy / degraded) and their
+/// rejected objects in `/debug/configz` (object, file:line, field, reason) and
+/// `tributary_registry_rejected_objects`; the rules served are shown with their source and
+/// their `exportTo` (stored, not applied). REG-11.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_sources_show_in_debug_pages_with_their_rejections() {
+    use envoy_harness::{Tributary, eventually, free_port, loopback};
+    use serde_json::Value;
+
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    let gone = dir.path().join("gone");
+    std::fs::create_dir(&good).unwrap();
+    std::fs::create_dir(&gone).unwrap();
+    let bad_vs = virtual_service(&split(90)).replace(&format!("hosts: [{HOST}]"), "hosts: []");
+    let bad_vs = bad_vs.replace("name: reviews", "name: broken");
+    let exported = destination_rule("").replace("spec:\n", "spec:\n  exportTo: [\".\"]\n");
+    std::fs::write(good.join("rules.yaml"), format!("{exported}---\n{bad_vs}")).unwrap();
+    let config = dir.path().join("tributary.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "config_sources:\n  - address: fs://{}\n  - address: fs://{}\n",
+            good.display(),
+            gone.display()
+        ),
+    )
+    .unwrap();
+    let t = Tributary::start(
+        dir.path(),
+        loopback(free_port()),
+        loopback(free_port()),
+        &["--config", config.to_str().unwrap()],
+    )
+    .await;
+    let good_id = format!("fs://{}", good.display());
+    let gone_id = format!("fs://{}", gone.display());
+    let registryz: Value = serde_json::from_str(&t.get("/debug/registryz").await).unwrap();
+    let entry = |id: &str| -> Value {
+        registryz["registries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} in /debug/registryz: {registryz}"))
+    };
+    assert_eq!(entry(&good_id)["sync"]["state"], "synced", "{registryz}");
+    assert_eq!(entry(&good_id)["status"], "healthy", "{registryz}");
+
+    // A source whose directory goes away is degraded and keeps what it had.
+    std::fs::remove_dir(&gone).unwrap();
+    eventually(Duration::from_secs(20), "the source degraded", || async {
+        let r: Value = serde_json::from_str(&t.get("/debug/registryz").await).ok()?;
+        let status = r["registries"]
+            .as_array()?
+            .iter()
+            .find(|r| r["id"] == gone_id.as_str())?["status"]
+            .as_str()?
+            .to_string();
+        status.starts_with("degraded:").then_some(())
+    })
+    .await;
+
+    let configz: Value = serde_json::from_str(&t.get("/debug/configz").await).unwrap();
+    let rejected = configz["rejected"].as_array().unwrap();
+    assert_eq!(rejected.len(), 1, "{rejected:#?}");
+    let r = &rejected[0];
+    assert_eq!(r["registry"], good_id.as_str());
+    assert_eq!(r["object"], "VirtualService default/broken");
+    assert_eq!(r["field"], "spec.hosts");
+    let line = exported.lines().count() + 1 + 5;
+    assert_eq!(
+        r["source"],
+        format!("{}:{line}", good.join("rules.yaml").display()),
+        "{r}"
+    );
+    assert!(
+        r["message"].as_str().unwrap().contains("at least one host"),
+        "{r}"
+    );
+    let rules = &configz["rules"];
+    assert_eq!(rules["destination_rules"].as_array().unwrap().len(), 1, "{rules}");
+    let dr = &rules["destination_rules"][0];
+    assert_eq!(dr["meta"]["source"], format!("{}:1", good.join("rules.yaml").display()));
+    assert_eq!(dr["spec"]["exportTo"], serde_json::json!(["."]), "{dr}");
+    assert!(rules["virtual_services"].as_array().unwrap().is_empty());
+    let metrics = t.get("/metrics").await;
+    let gauge = format!("tributary_registry_rejected_objects{{registry=\"{good_id}\"}} 1");
+    assert!(metrics.contains(&gauge), "{gauge} in /metrics");
+}
+
+/// Bad addresses stop start-up with a clear message; `xds://` is refused for now.
+#[test]
+fn bad_config_source_addresses_stop_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    for (address, says) in [
+        ("xds://istiod:15010", "not supported yet"),
+        ("fs://relative/dir", "absolute"),
+        ("http://x", "unknown address"),
+        ("fs:///does/not/exist", "does not exist"),
+    ] {
+        let config = dir.path().join("tributary.yaml");
+        std::fs::write(&config, format!("config_sources:\n  - address: {address}\n")).unwrap();
+        let out = std::process::Command::new(envoy_harness::tributary_bin())
+            .args(["--config", config.to_str().unwrap()])
+            .args(["--xds-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{address} refused");
+        assert!(err.contains(says), "{address}: {err}");
+    }
+}
