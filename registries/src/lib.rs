@@ -26,6 +26,7 @@ pub mod mock;
 pub mod model;
 pub mod rules;
 mod registry;
+pub mod rules;
 pub mod serviceentry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
