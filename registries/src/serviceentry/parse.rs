@@ -20,7 +20,7 @@ use super::validate::{
 };
 use crate::mock::file_format::locate::line_of;
 use crate::rules::{
-    DestinationRule, Problem as RuleProblem, Rule, RuleMeta, VirtualService,
+    DestinationRule, Problem as RuleProblem, Rule, RuleMeta, Severity, VirtualService,
     validate_destination_rule, validate_virtual_service,
 };
 
@@ -169,12 +169,12 @@ pub(crate) fn parse_document(
         Kind::DestinationRule => typed::<DestinationRule>(text, strict, &key, |meta, obj| {
             let rule = rule_of(&meta, obj);
             let problems = validate_destination_rule(&rule);
-            checked(problems, || Valid::DestinationRule(Arc::new(rule)))
+            checked(&key, problems, || Valid::DestinationRule(Arc::new(rule)))
         }),
         Kind::VirtualService => typed::<VirtualService>(text, strict, &key, |meta, obj| {
             let rule = rule_of(&meta, obj);
             let problems = validate_virtual_service(&rule);
-            checked(problems, || Valid::VirtualService(Arc::new(rule)))
+            checked(&key, problems, || Valid::VirtualService(Arc::new(rule)))
         }),
     };
     let mut problems = Vec::new();
@@ -226,14 +226,23 @@ fn rule_of<S: Clone>(meta: &Meta, obj: &Object<S>) -> Rule<S> {
 }
 
 /// The rules module's problems as violations (its paths start at `spec`), or the valid object.
+/// Warnings (what Istio also only warns about) are logged and the rule is applied.
 fn checked(
+    key: &ObjectKey,
     problems: Vec<RuleProblem>,
     valid: impl FnOnce() -> Valid,
 ) -> Result<Valid, Vec<Violation>> {
-    if problems.is_empty() {
+    let (errors, warnings): (Vec<_>, Vec<_>) = problems
+        .into_iter()
+        .partition(|p| p.severity == Severity::Error);
+    for w in warnings {
+        tracing::warn!(object = %key, field = %w.field, warning = %w.message,
+            "config object applied with a warning");
+    }
+    if errors.is_empty() {
         return Ok(valid());
     }
-    Err(problems
+    Err(errors
         .into_iter()
         .map(|p| Violation::new(FieldPath::parse(&p.field), p.message))
         .collect())
