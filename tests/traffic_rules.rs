@@ -398,7 +398,10 @@ fn bad_config_source_addresses_stop_start_up() {
         std::fs::write(&config, format!("config_sources:\n  - address: {address}\n")).unwrap();
         let out = std::process::Command::new(envoy_harness::tributary_bin())
             .args(["--config", config.to_str().unwrap()])
-            .args(["--xds-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+            .arg("--xds-addr")
+            .arg(envoy_harness::loopback(envoy_harness::free_port()).to_string())
+            .arg("--admin-addr")
+            .arg(envoy_harness::loopback(envoy_harness::free_port()).to_string())
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -46,7 +46,8 @@ pub enum Rules {
 
 /// The running mesh.
 pub struct Mesh {
-    pub dir: tempfile::TempDir,
+    /// Holds the files and logs until the mesh is dropped.
+    _dir: tempfile::TempDir,
     pub port: u16,
     pub v1: Upstream,
     pub v2: Upstream,
@@ -155,7 +156,7 @@ impl Mesh {
         let mut envoy = start_envoy(dir.path(), mode, t.xds).await;
         envoy.wait_live().await;
         Mesh {
-            dir,
+            _dir: dir,
             port,
             v1,
             v2,
@@ -234,10 +235,6 @@ impl Mesh {
             self.t.proc.tail(),
             self.envoy.proc.tail()
         )
-    }
-
-    pub fn path(&self) -> &Path {
-        self.dir.path()
     }
 }
 

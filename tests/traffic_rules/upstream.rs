@@ -27,7 +27,6 @@ pub struct Behaviour {
 /// One upstream.
 pub struct Upstream {
     pub addr: SocketAddr,
-    pub name: String,
     behaviour: Arc<Mutex<Behaviour>>,
     hits: Arc<AtomicU64>,
     task: JoinHandle<()>,
@@ -51,7 +50,6 @@ impl Upstream {
         });
         Upstream {
             addr,
-            name: name.to_string(),
             behaviour,
             hits,
             task,
