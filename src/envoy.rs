@@ -18,6 +18,7 @@ mod port_plan;
 mod resource;
 mod rest_source;
 mod route;
+pub mod rules;
 #[cfg(test)]
 mod validate;
 
@@ -25,13 +26,14 @@ pub use api_listener::{api_listener_name, api_listeners_for};
 pub use cluster::clusters_for;
 pub use endpoint::load_assignments_for;
 pub use listener::listener_for_port;
-pub use naming::cluster_name;
+pub use naming::{cluster_name, subset_cluster_name};
 pub use resource::{ContentHash, EncodedResource};
 pub(crate) use resource::{put_string_field, string_field_len};
 pub use rest_source::{
     REST_REFRESH_DELAY, REST_XDS_CLUSTER, RestSourceError, for_rest, rest_config_source,
 };
 pub use route::route_config_for_port;
+pub(crate) use route::route_config_with_rules;
 
 use std::fmt;
 use std::time::Duration;
