@@ -19,14 +19,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 use tributary_registries::RegistryId;
 use tributary_registries::config_store::ConfigStore;
 use tributary_registries::mock::{self, MockControl, MockHandle};
-use tributary_registries::rules::RuleSet;
 
 use crate::admin::{self, AdminState};
 use crate::aggregate::{Aggregate, AggregateSettings, CommandSender, RegistriesView};
@@ -270,8 +269,6 @@ async fn start_inner(
         send_unhealthy_endpoints: config.send_unhealthy_endpoints,
         connect_timeout: config.connect_timeout,
     };
-    // Traffic rules: none until the config sources feed this channel.
-    let (_rules_tx, rules_rx) = watch::channel(Arc::new(RuleSet::default()));
     let t = tasks.spawn(
         cancellable(
             faults.wrap(
