@@ -135,6 +135,7 @@ async fn retries_fault_timeout(mesh: &Mesh) {
         virtual_service(&format!("  - route:\n{to_v1}")),
     ]);
     eventually_status(mesh, "status:500").await;
+    println!("retries: failures reach the client without `retries`");
     let retries = format!(
         "  - route:\n{to_v1}    retries: {{attempts: 3, perTryTimeout: 2s, retryOn: 5xx}}\n"
     );
@@ -145,6 +146,7 @@ async fn retries_fault_timeout(mesh: &Mesh) {
     assert_eq!(t.get("v1"), Some(&50), "retries make every answer a 200: {t:?}");
     assert_eq!(mesh.v1.hits() - before, 100, "each request took a failed try and a retry");
     mesh.v1.set(Behaviour::default());
+    println!("retries: every answer a 200 with `retries`");
 
     let fault = format!(
         "  - fault:\n      abort: {{percentage: {{value: 50}}, httpStatus: 503}}\n    route:\n{to_v1}"

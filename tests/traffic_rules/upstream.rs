@@ -116,7 +116,9 @@ async fn serve(mut s: TcpStream, name: String, b: Arc<Mutex<Behaviour>>, hits: A
 }
 
 /// One GET through `proxy` with `host` and extra `headers`, on a fresh connection; (status,
-/// body), or `None` when the connection failed.
+/// body), or `None` when the connection failed. The answer is read by its `content-length` (or
+/// to the end of a chunked body), not to the connection's close: Envoy's local replies (a fault
+/// abort, a timeout) may leave the connection open.
 pub async fn get(proxy: SocketAddr, host: &str, headers: &[(&str, &str)]) -> Option<(u16, String)> {
     let mut s = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(proxy))
         .await
@@ -128,13 +130,48 @@ pub async fn get(proxy: SocketAddr, host: &str, headers: &[(&str, &str)]) -> Opt
     }
     req += "\r\n";
     s.write_all(req.as_bytes()).await.ok()?;
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
+    tokio::time::timeout(Duration::from_secs(5), read_response(&mut s))
         .await
         .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&out).to_string();
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let (_, body) = text.split_once("\r\n\r\n")?;
-    Some((status, body.to_string()))
+}
+
+async fn read_response(s: &mut TcpStream) -> Option<(u16, String)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let complete = |buf: &[u8]| -> Option<(u16, String)> {
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        let status = head.split(' ').nth(1)?.parse().ok()?;
+        let body = &buf[end..];
+        let length = head.lines().find_map(|l| {
+            l.strip_prefix("content-length:")
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        });
+        match length {
+            Some(n) if body.len() >= n => {
+                Some((status, String::from_utf8_lossy(&body[..n]).to_string()))
+            }
+            Some(_) => None,
+            None if head.contains("transfer-encoding: chunked") => body
+                .windows(5)
+                .any(|w| w == b"0\r\n\r\n")
+                .then(|| (status, String::new())),
+            None => None,
+        }
+    };
+    loop {
+        if let Some(done) = complete(&buf) {
+            return Some(done);
+        }
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => {
+                // Closed: whatever came is the answer (a body delimited by the close).
+                let end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+                let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                let status = head.split(' ').nth(1)?.parse().ok()?;
+                return Some((status, String::from_utf8_lossy(&buf[end..]).to_string()));
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
 }
