@@ -593,3 +593,6 @@ mod tests {
         assert_eq!(removed, ["0.0.0.0_9000", "g.test", "g.test:9000"]);
     }
 }
+
+#[cfg(test)]
+mod rule_tests;
