@@ -66,7 +66,7 @@ done
 
 step "writing the config: mock registry + config_sources: [{address: fs://$work/istio}]"
 cp "$here/mesh.yaml" "$work/" && cp -r "$here/istio" "$work/"
-sed "s|DIR|$work|g" "$here/tributary.yaml" >"$work/tributary.yaml"
+sed "s|@WORK@|$work|g" "$here/tributary.yaml" >"$work/tributary.yaml"
 shift_to 100 0
 cat "$work/tributary.yaml"
 
