@@ -7,6 +7,8 @@
 //! requests has a standard deviation of 0.67 %, well inside ±3 %; a 50 % abort over 1,000 has
 //! 1.6 %, inside ±5 %.
 
+#![allow(clippy::unwrap_used)]
+
 mod envoy_harness;
 #[path = "traffic_rules/scenario.rs"]
 mod scenario;

@@ -38,10 +38,8 @@ pub enum Mode {
 /// Where the rules come from.
 pub enum Rules {
     Dir(PathBuf),
-    Crds {
-        server: FakeApiServer,
-        types: [ResourceType; 4],
-    },
+    /// Boxed: the fake server is large next to a path.
+    Crds(Box<(FakeApiServer, [ResourceType; 4])>),
 }
 
 /// The running mesh.
@@ -123,7 +121,7 @@ impl Mesh {
             "  - {{address: 'k8s://', kubeconfig: {}}}\n",
             kubeconfig.display()
         );
-        let r = Rules::Crds { server, types };
+        let r = Rules::Crds(Box::new((server, types)));
         for doc in rules {
             r.apply(doc);
         }
@@ -176,7 +174,7 @@ impl Mesh {
     pub fn set_rules(&self, docs: &[String]) {
         match &self.rules {
             Rules::Dir(d) => replace_file(&d.join("rules.yaml"), &docs.join("---\n")),
-            Rules::Crds { .. } => docs.iter().for_each(|d| self.rules.apply(d)),
+            Rules::Crds(_) => docs.iter().for_each(|d| self.rules.apply(d)),
         }
     }
 
@@ -241,9 +239,10 @@ impl Mesh {
 impl Rules {
     /// Creates or updates a rule as a CRD.
     pub fn apply(&self, yaml: &str) {
-        let Rules::Crds { server, types } = self else {
+        let Rules::Crds(crds) = self else {
             panic!("not a CRD source");
         };
+        let (server, types) = &**crds;
         let v: Value = serde_yaml::from_str(yaml).expect("test rules parse");
         let kind = v["kind"].as_str().expect("a kind");
         let rt = types
