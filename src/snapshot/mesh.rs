@@ -136,9 +136,8 @@ impl MeshBuilder {
                 }
             }
         }
-        if self.snapshots.current().is_none() {
-            return None;
-        }
+        // Nothing built yet: the first push carries the rules.
+        self.snapshots.current()?;
         let mut input = BuildInput {
             triggered_at: Some(triggered_at),
             ..Default::default()

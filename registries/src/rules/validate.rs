@@ -178,7 +178,7 @@ fn validate_duration(d: Duration) -> Result<(), String> {
     if d < std::time::Duration::from_millis(1) {
         return Err("duration must be greater than 1ms".into());
     }
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return Err("only durations to ms precision are supported".into());
     }
     Ok(())

@@ -118,7 +118,7 @@ impl<T> HostMap<T> {
                 if !self.wildcards.iter().any(|(s, _)| s == suffix) {
                     self.wildcards.push((suffix.to_string(), Arc::clone(rule)));
                     // Most specific first: longer suffixes match fewer names.
-                    self.wildcards.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+                    self.wildcards.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
                 }
             }
             None => {

@@ -602,7 +602,6 @@ fn http_fault(f: &tributary_registries::rules::HttpFaultInjection) -> HttpFault 
         out.delay = Some(FaultDelay {
             percentage: Some(fraction(percent)),
             fault_delay_secifier: Some(FaultDelaySecifier::FixedDelay(duration(fixed.get()))),
-            ..Default::default()
         });
     }
     if let Some(a) = &f.abort {

@@ -15,6 +15,9 @@ use crate::serviceentry::checks::FieldPath;
 /// The largest ring Envoy builds (`ring_hash.maximum_ring_size`'s limit, 8M entries).
 const MAX_RING_SIZE: u64 = 8 * 1024 * 1024;
 
+/// The largest maglev table Envoy accepts (a prime); also bounds the primality check.
+const MAX_MAGLEV_TABLE: u64 = 5_000_011;
+
 pub(super) fn validate(rule: &DestinationRule, out: &mut Problems) {
     let at = FieldPath::spec();
     out.check(at.key("host"), validate_wildcard_domain(&rule.host));
@@ -182,6 +185,13 @@ fn load_balancer(lb: &LoadBalancerSettings, has_outlier: bool, at: &FieldPath, o
             );
         }
         if let Some(size) = hash.maglev.and_then(|m| m.table_size)
+            && size > MAX_MAGLEV_TABLE
+        {
+            out.error(
+                at.key("maglev").key("tableSize"),
+                format!("table size {size} is larger than Envoy's limit {MAX_MAGLEV_TABLE}"),
+            );
+        } else if let Some(size) = hash.maglev.and_then(|m| m.table_size)
             && !is_prime(size)
         {
             out.error(
@@ -196,7 +206,10 @@ fn load_balancer(lb: &LoadBalancerSettings, has_outlier: bool, at: &FieldPath, o
 }
 
 fn is_prime(n: u64) -> bool {
-    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+    n >= 2
+        && (2..)
+            .take_while(|d| d * d <= n)
+            .all(|d| !n.is_multiple_of(d))
 }
 
 /// Istio's `validateLocalityLbSetting`.
