@@ -41,7 +41,10 @@ async fn split_and_header_match(mesh: &Mesh) {
     let v1 = share(&t, "v1", SPLIT_REQUESTS);
     let v2 = share(&t, "v2", SPLIT_REQUESTS);
     println!("90/10 split over {SPLIT_REQUESTS} requests: v1 {v1:.2} %, v2 {v2:.2} %");
-    assert!((v1 - 90.0).abs() <= 3.0 && (v2 - 10.0).abs() <= 3.0, "{t:?}");
+    assert!(
+        (v1 - 90.0).abs() <= 3.0 && (v2 - 10.0).abs() <= 3.0,
+        "{t:?}"
+    );
     assert!((v1 + v2 - 100.0).abs() < f64::EPSILON, "only 200s: {t:?}");
 
     let header = format!(
@@ -112,7 +115,11 @@ async fn canary_shift_under_load(mesh: &Mesh) {
         bad.len()
     );
     assert!(answers.len() > 200, "load ran: {}", answers.len());
-    assert!(bad.is_empty(), "non-200 during the shift: {bad:?}\n{}", mesh.logs());
+    assert!(
+        bad.is_empty(),
+        "non-200 during the shift: {bad:?}\n{}",
+        mesh.logs()
+    );
     assert!(v2 > 0, "the shift reached v2");
     no_rejections(&mesh.envoy).await;
 }
@@ -145,8 +152,16 @@ async fn retries_fault_timeout(mesh: &Mesh) {
     mesh.settle(&[], "v1", 40).await;
     let before = mesh.v1.hits();
     let t = mesh.tally(50, &[]).await;
-    assert_eq!(t.get("v1"), Some(&50), "retries make every answer a 200: {t:?}");
-    assert_eq!(mesh.v1.hits() - before, 100, "each request took a failed try and a retry");
+    assert_eq!(
+        t.get("v1"),
+        Some(&50),
+        "retries make every answer a 200: {t:?}"
+    );
+    assert_eq!(
+        mesh.v1.hits() - before,
+        100,
+        "each request took a failed try and a retry"
+    );
     mesh.v1.set(Behaviour::default());
     println!("retries: every answer a 200 with `retries`");
 
@@ -197,7 +212,10 @@ async fn locality_failover(mesh: &Mesh) {
         failover: [{from: us-east, to: us-west}]
     outlierDetection: {consecutive5xxErrors: 100, interval: 1s, baseEjectionTime: 30s}
 ";
-    mesh.set_rules(&[destination_rule(locality), virtual_service(&to_any_version())]);
+    mesh.set_rules(&[
+        destination_rule(locality),
+        virtual_service(&to_any_version()),
+    ]);
     mesh.settle(&[], "v1", 50).await;
     mesh.set_v1_healthy(false);
     mesh.settle(&[], "v2", 50).await;
@@ -216,7 +234,10 @@ async fn outlier_detection(mesh: &Mesh) {
       baseEjectionTime: 60s
       maxEjectionPercent: 100
 ";
-    mesh.set_rules(&[destination_rule(outlier), virtual_service(&to_any_version())]);
+    mesh.set_rules(&[
+        destination_rule(outlier),
+        virtual_service(&to_any_version()),
+    ]);
     envoy_harness::eventually(scenario::CONVERGE, "outlier detection in Envoy", || async {
         let dump = mesh.envoy.config_dump().await.to_string();
         dump.contains("\"consecutive_5xx\"").then_some(())
@@ -398,9 +419,16 @@ async fn config_sources_show_in_debug_pages_with_their_rejections() {
         "{r}"
     );
     let rules = &configz["rules"];
-    assert_eq!(rules["destination_rules"].as_array().unwrap().len(), 1, "{rules}");
+    assert_eq!(
+        rules["destination_rules"].as_array().unwrap().len(),
+        1,
+        "{rules}"
+    );
     let dr = &rules["destination_rules"][0];
-    assert_eq!(dr["meta"]["source"], format!("{}:1", good.join("rules.yaml").display()));
+    assert_eq!(
+        dr["meta"]["source"],
+        format!("{}:1", good.join("rules.yaml").display())
+    );
     assert_eq!(dr["spec"]["exportTo"], serde_json::json!(["."]), "{dr}");
     assert!(rules["virtual_services"].as_array().unwrap().is_empty());
     let metrics = t.get("/metrics").await;
@@ -419,7 +447,11 @@ fn bad_config_source_addresses_stop_start_up() {
         ("fs:///does/not/exist", "does not exist"),
     ] {
         let config = dir.path().join("tributary.yaml");
-        std::fs::write(&config, format!("config_sources:\n  - address: {address}\n")).unwrap();
+        std::fs::write(
+            &config,
+            format!("config_sources:\n  - address: {address}\n"),
+        )
+        .unwrap();
         let out = std::process::Command::new(envoy_harness::tributary_bin())
             .args(["--config", config.to_str().unwrap()])
             .arg("--xds-addr")

@@ -201,7 +201,10 @@ mod tests {
         let c = k8s.registry_config().unwrap();
         let k = c.kubernetes.clone().unwrap();
         assert_eq!(k.kubeconfig.as_deref(), Some("/k".as_ref()));
-        assert_eq!((k.context.as_deref(), k.namespaces), (Some("prod"), vec!["a".into()]));
+        assert_eq!(
+            (k.context.as_deref(), k.namespaces),
+            (Some("prod"), vec!["a".into()])
+        );
         c.validate().unwrap();
     }
 

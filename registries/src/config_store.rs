@@ -128,7 +128,9 @@ impl Shared {
             };
             for dr in &rules.destination_rules {
                 match seen.get(&("DestinationRule", dr.key())) {
-                    Some(first) => shadowed.push((format!("DestinationRule {}", dr.key()), id, *first)),
+                    Some(first) => {
+                        shadowed.push((format!("DestinationRule {}", dr.key()), id, *first))
+                    }
                     None => {
                         seen.insert(("DestinationRule", dr.key()), id);
                         merged.destination_rules.push(dr.clone());
@@ -137,7 +139,9 @@ impl Shared {
             }
             for vs in &rules.virtual_services {
                 match seen.get(&("VirtualService", vs.key())) {
-                    Some(first) => shadowed.push((format!("VirtualService {}", vs.key()), id, *first)),
+                    Some(first) => {
+                        shadowed.push((format!("VirtualService {}", vs.key()), id, *first))
+                    }
                     None => {
                         seen.insert(("VirtualService", vs.key()), id);
                         merged.virtual_services.push(vs.clone());

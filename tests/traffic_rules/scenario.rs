@@ -13,8 +13,7 @@ use serde_json::Value;
 use tributary_registries::kubernetes::fake::{FakeApiServer, ResourceType};
 
 use super::envoy_harness::{
-    Envoy, Proc, Tributary, envoy_bin, eventually, free_port, loopback, replace_file,
-    tributary_bin,
+    Envoy, Proc, Tributary, envoy_bin, eventually, free_port, loopback, replace_file, tributary_bin,
 };
 use super::upstream::{Upstream, get};
 
@@ -213,16 +212,20 @@ impl Mesh {
     /// (v1, v2), with no cluster warming.
     pub async fn wait_for_weights(&self, weights: (u64, u64)) {
         let subset = |s: &str| format!("outbound|{}|{s}|{HOST}", self.port);
-        eventually(CONVERGE, &format!("weights {weights:?} in Envoy"), || async {
-            let dump = self.envoy.config_dump().await;
-            let w = weighted(&dump);
-            let found = (
-                w.get(&subset("v1")).copied().unwrap_or(0),
-                w.get(&subset("v2")).copied().unwrap_or(0),
-            );
-            let warm = self.envoy.stat("cluster_manager.warming_clusters").await == 0;
-            (found == weights && warm).then_some(())
-        })
+        eventually(
+            CONVERGE,
+            &format!("weights {weights:?} in Envoy"),
+            || async {
+                let dump = self.envoy.config_dump().await;
+                let w = weighted(&dump);
+                let found = (
+                    w.get(&subset("v1")).copied().unwrap_or(0),
+                    w.get(&subset("v2")).copied().unwrap_or(0),
+                );
+                let warm = self.envoy.stat("cluster_manager.warming_clusters").await == 0;
+                (found == weights && warm).then_some(())
+            },
+        )
         .await;
     }
 
@@ -299,13 +302,9 @@ async fn start_envoy(dir: &Path, mode: Mode, xds: SocketAddr) -> Envoy {
     let path = dir.join("envoy.yaml");
     std::fs::write(&path, text).expect("write bootstrap");
     let mut cmd = Command::new(envoy_bin());
-    cmd.arg("-c").arg(&path).args([
-        "--disable-hot-restart",
-        "--drain-time-s",
-        "1",
-        "-l",
-        "info",
-    ]);
+    cmd.arg("-c")
+        .arg(&path)
+        .args(["--disable-hot-restart", "--drain-time-s", "1", "-l", "info"]);
     Envoy {
         proc: Proc::spawn("envoy", &mut cmd, dir),
         admin: loopback(admin_port),
@@ -319,7 +318,10 @@ fn weighted(dump: &Value) -> BTreeMap<String, u64> {
     while let Some(v) = stack.pop() {
         match v {
             Value::Object(m) => {
-                if let Some(clusters) = m.get("weighted_clusters").and_then(|w| w["clusters"].as_array()) {
+                if let Some(clusters) = m
+                    .get("weighted_clusters")
+                    .and_then(|w| w["clusters"].as_array())
+                {
                     for c in clusters {
                         if let (Some(name), Some(w)) = (c["name"].as_str(), c["weight"].as_u64()) {
                             out.insert(name.to_string(), w);

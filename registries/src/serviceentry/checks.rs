@@ -78,7 +78,12 @@ impl fmt::Display for FieldPath {
 #[cfg(test)]
 #[test]
 fn field_paths_read_back() {
-    for p in ["spec.http[0].route[1].weight", "spec", "spec.subsets[2]", "metadata.name"] {
+    for p in [
+        "spec.http[0].route[1].weight",
+        "spec",
+        "spec.subsets[2]",
+        "metadata.name",
+    ] {
         assert_eq!(FieldPath::parse(p).to_string(), p);
     }
     assert_eq!(FieldPath::parse("spec.a[1][2]").segs().len(), 4);

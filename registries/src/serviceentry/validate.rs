@@ -25,8 +25,8 @@ use std::time::SystemTime;
 
 use super::checks::{FieldPath, Violation, is_dns1123_label, validate_label};
 use super::types::{Metadata, ObjectKey};
-use crate::rules::{DestinationRule, Rule, VirtualService};
 use crate::model::{Health, Hostname, Locality, MeshLocation, Resolution, ServicePort};
+use crate::rules::{DestinationRule, Rule, VirtualService};
 
 pub(crate) use service_entry::validate_service_entry;
 pub(crate) use workload::{UNIX_PREFIX, sanitize_locality, validate_workload_entry};

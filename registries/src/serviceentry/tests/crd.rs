@@ -58,7 +58,12 @@ impl Cluster {
     /// watches (an expiry before a watch starts would not end it).
     pub(super) async fn watching(&self) {
         let deadline = tokio::time::Instant::now() + LIMIT;
-        for kind in ["ServiceEntry", "WorkloadEntry", "DestinationRule", "VirtualService"] {
+        for kind in [
+            "ServiceEntry",
+            "WorkloadEntry",
+            "DestinationRule",
+            "VirtualService",
+        ] {
             while self.server.counts_of(&self.rt(kind)).watches == 0 {
                 assert!(
                     tokio::time::Instant::now() < deadline,

@@ -83,7 +83,12 @@ async fn rules_until(
         Ok(Ok(r)) => Some(r.clone()),
         _ => None,
     };
-    found.unwrap_or_else(|| panic!("timed out waiting for rules: {what}; now {:?}", *rx.borrow()))
+    found.unwrap_or_else(|| {
+        panic!(
+            "timed out waiting for rules: {what}; now {:?}",
+            *rx.borrow()
+        )
+    })
 }
 
 #[tokio::test]
@@ -100,7 +105,10 @@ async fn rules_from_a_directory_reach_the_store_beside_the_services() {
     })
     .await;
     let dr = &rules.destination_rules[0];
-    assert_eq!((dr.meta.namespace.as_str(), dr.meta.name.as_str()), ("shop", "reviews"));
+    assert_eq!(
+        (dr.meta.namespace.as_str(), dr.meta.name.as_str()),
+        ("shop", "reviews")
+    );
     assert_eq!(dr.meta.source, format!("{}:10", d.join("a.yaml").display()));
     assert_eq!(dr.spec.subsets.len(), 2);
     assert_eq!(
@@ -112,15 +120,28 @@ async fn rules_from_a_directory_reach_the_store_beside_the_services() {
 
     // REG-11: a VirtualService that becomes invalid is reported with its field and line and
     // keeps its last valid version; the rest is still served.
-    std::fs::write(d.join("b.yaml"), VS.replace("hosts: [reviews]", "hosts: []")).unwrap();
-    run.wait("the VS rejected", |r| !r.rejected.is_empty()).await;
+    std::fs::write(
+        d.join("b.yaml"),
+        VS.replace("hosts: [reviews]", "hosts: []"),
+    )
+    .unwrap();
+    run.wait("the VS rejected", |r| !r.rejected.is_empty())
+        .await;
     let r = run.rejections_of("VirtualService shop/reviews");
     assert_eq!(r.len(), 1, "{:?}", run.rejected);
     assert_eq!(r[0].field, "spec.hosts");
     assert_eq!(r[0].source, format!("{}:5", d.join("b.yaml").display()));
-    assert!(r[0].message.contains("at least one host"), "{}", r[0].message);
+    assert!(
+        r[0].message.contains("at least one host"),
+        "{}",
+        r[0].message
+    );
     assert!(r[0].serving_previous);
-    assert_eq!(rx.borrow().virtual_services.len(), 1, "last valid version kept");
+    assert_eq!(
+        rx.borrow().virtual_services.len(),
+        1,
+        "last valid version kept"
+    );
     assert_eq!(rx.borrow().virtual_services[0].spec.hosts, ["reviews"]);
 
     // Deleting the file takes the rule away.
@@ -136,8 +157,10 @@ async fn a_rule_that_was_never_valid_is_reported_and_not_served() {
     let bad = DR.replace("host: reviews", "host: \"\"");
     std::fs::write(d.join("a.yaml"), format!("{bad}---\n{VS}")).unwrap();
     let (mut run, mut rx) = start(dir_config(d));
-    run.wait("synced with a rejection", |r| r.synced && !r.rejected.is_empty())
-        .await;
+    run.wait("synced with a rejection", |r| {
+        r.synced && !r.rejected.is_empty()
+    })
+    .await;
     let r = run.rejections_of("DestinationRule shop/reviews");
     assert!(!r.is_empty(), "{:?}", run.rejected);
     assert!(r.iter().all(|r| !r.serving_previous));
@@ -161,7 +184,10 @@ async fn rules_from_crds_reach_the_store_with_their_api() {
         "networking.istio.io/v1 in cluster c1"
     );
     // A change through the API reaches the store.
-    c.apply(&VS.replace("weight: 90", "weight: 50").replace("weight: 10", "weight: 50"));
+    c.apply(
+        &VS.replace("weight: 90", "weight: 50")
+            .replace("weight: 10", "weight: 50"),
+    );
     rules_until(&mut rx, "the new weights", |r| {
         r.virtual_services
             .first()
