@@ -5,7 +5,7 @@
 # checkers (Helm's SDK, kubernetes-validate, hadolint, systemd-analyze:
 # scripts/deploy/install-tools.sh). Rust crates come through cargo. Then fuzzes every cargo-fuzz
 # target briefly (scripts/fuzz.sh: FUZZ_SECONDS per target, 20 by default; installs cargo-fuzz if
-# missing). FUZZ_SECONDS=0 skips that.
+# missing). FUZZ_SECONDS=0 skips that. The test tiers and what each needs: tests/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +25,7 @@ fi
 "$ENVOY_BIN" --version >/dev/null || { echo "Envoy at $ENVOY_BIN does not run" >&2; exit 1; }
 echo "== Envoy: $("$ENVOY_BIN" --version | sed -n 's/.*version: //p')"
 
-echo "== deploy tools (tests/deploy.rs)"
+echo "== deploy tools (tests/deploy/)"
 TRIBUTARY_DEPLOY_TOOLS="$(./scripts/deploy/install-tools.sh)"
 export TRIBUTARY_DEPLOY_TOOLS
 

@@ -8,8 +8,8 @@
 mod api_listener;
 mod cluster;
 mod endpoint;
-#[cfg(test)]
-pub(crate) mod fixtures;
+#[cfg(any(test, feature = "test-util"))]
+pub mod fixtures;
 pub mod json;
 mod listener;
 mod naming;
@@ -19,8 +19,6 @@ mod resource;
 mod rest_source;
 mod route;
 pub mod rules;
-#[cfg(test)]
-mod validate;
 
 pub use api_listener::{api_listener_name, api_listeners_for};
 pub use cluster::clusters_for;
@@ -33,7 +31,7 @@ pub use rest_source::{
     REST_REFRESH_DELAY, REST_XDS_CLUSTER, RestSourceError, for_rest, rest_config_source,
 };
 pub use route::route_config_for_port;
-pub(crate) use route::route_config_with_rules;
+pub use route::{RouteSource, route_config_with_rules};
 
 use std::fmt;
 use std::time::Duration;

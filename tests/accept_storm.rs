@@ -6,14 +6,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod envoy_harness;
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use envoy_harness::{Proc, free_port, http_get, loopback, tributary_bin};
+use support::harness::{Proc, free_port, http_get, loopback, tributary_bin};
 
 /// The server's descriptor limit: its runtime, listeners and log take about 25.
 const FD_LIMIT: u32 = 64;

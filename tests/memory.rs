@@ -7,23 +7,22 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod envoy_harness;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use envoy_harness::{free_port, http_get, tributary_bin};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use support::harness::{free_port, http_get, tributary_bin};
+use support::type_url::{CDS, EDS};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 /// Services × endpoints of the generated mesh (~1.5 MB of YAML, ~1 MB of EDS per proxy).
 const SERVICES: usize = 2_000;
 const ENDPOINTS: usize = 10;

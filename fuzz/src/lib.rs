@@ -3,7 +3,7 @@
 //! registry input parsers. None may panic or allocate without bound.
 //!
 //! Shared by the cargo-fuzz binaries in `fuzz_targets/` and, on stable, by the top-level
-//! `tests/fuzz_replay.rs`, which includes this file.
+//! `tests/xds/fuzz_replay.rs`, which includes this file.
 
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use prost::Message;

@@ -6,7 +6,7 @@
 #   scripts/deploy/install-tools.sh   # idempotent; prints the tools' directory (progress on stderr)
 #
 # The virtualenv lives in $TRIBUTARY_DEPLOY_TOOLS (default ~/.cache/tributary/deploy-tools), where
-# tests/deploy.rs looks for it. A tool whose installer cannot run here (no Python >= 3.12 on the
+# tests/deploy/ looks for it. A tool whose installer cannot run here (no Python >= 3.12 on the
 # machine, no apt-get or not root for systemd) is named with the reason in skipped.txt there: the
 # test skips that tool's checks saying so, and fails for any other missing tool.
 set -euo pipefail

@@ -1,4 +1,5 @@
-//! Builders shared by the tests of every resource file.
+//! Builders shared by the tests of every resource file, and by the integration tests through the
+//! `test-util` feature (tests/e2e/envoy_validate.rs builds its mesh with them).
 
 use std::collections::BTreeMap;
 
@@ -8,11 +9,15 @@ use tributary_registries::{
     Resolution, Service, ServicePort,
 };
 
+use envoy_types::pb::envoy::config::core::v3::Address;
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use envoy_types::pb::google::protobuf::Any;
+
 use super::EncodedResource;
 use crate::aggregate::MergedService;
 
 /// A service port.
-pub(crate) fn port(name: &str, port: u16, protocol: Protocol) -> ServicePort {
+pub fn port(name: &str, port: u16, protocol: Protocol) -> ServicePort {
     ServicePort {
         name: name.to_string(),
         port,
@@ -29,7 +34,7 @@ fn origin(registry: &str) -> Origin {
 }
 
 /// A healthy endpoint of weight 1 at `address`, no locality, serving every port on its number.
-pub(crate) fn ep(address: &str) -> Endpoint {
+pub fn ep(address: &str) -> Endpoint {
     Endpoint {
         address: address.to_string(),
         ports: BTreeMap::new(),
@@ -44,11 +49,7 @@ pub(crate) fn ep(address: &str) -> Endpoint {
 }
 
 /// A `Static`, mesh-internal service as the aggregate would hand it over.
-pub(crate) fn merged(
-    host: &str,
-    ports: Vec<ServicePort>,
-    endpoints: Vec<Endpoint>,
-) -> MergedService {
+pub fn merged(host: &str, ports: Vec<ServicePort>, endpoints: Vec<Endpoint>) -> MergedService {
     MergedService {
         service: Service {
             hostname: Hostname::new(host).expect("test hostnames are valid"),
@@ -70,12 +71,27 @@ pub(crate) fn merged(
 }
 
 /// `merged` with another resolution.
-pub(crate) fn with_resolution(mut svc: MergedService, resolution: Resolution) -> MergedService {
+pub fn with_resolution(mut svc: MergedService, resolution: Resolution) -> MergedService {
     svc.service.resolution = resolution;
     svc
 }
 
 /// Decodes the message inside an encoded resource.
-pub(crate) fn decode<M: Message + Default>(r: &EncodedResource) -> M {
+pub fn decode<M: Message + Default>(r: &EncodedResource) -> M {
     M::decode(r.to_any().value.as_slice()).expect("resource decodes as its own type")
+}
+
+/// `message` packed into an `Any`, as generation packs nested typed configs.
+pub fn any<M: Message + prost::Name>(message: &M) -> Any {
+    super::pb::any(message)
+}
+
+/// A TCP socket address, as generation spells one.
+pub fn socket_address(host: &str, port: u16) -> Address {
+    super::pb::socket_address(host.to_string(), port)
+}
+
+/// The upstream protocol options generated clusters use for HTTP/2 (gRPC) upstreams.
+pub fn http2_options() -> HttpProtocolOptions {
+    super::cluster::http2_options()
 }

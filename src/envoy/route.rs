@@ -43,11 +43,11 @@ pub fn route_config_for_port(
 
 /// The routes a traffic rule gives one service's virtual host on a port, in place of the default
 /// route (`None`: no rule, keep the default).
-pub(crate) type RouteSource<'a> = dyn Fn(&MergedService, &ServicePort) -> Option<Vec<Route>> + 'a;
+pub type RouteSource<'a> = dyn Fn(&MergedService, &ServicePort) -> Option<Vec<Route>> + 'a;
 
 /// [`route_config_for_port`], with the routes of each virtual host taken from `rules` where it
 /// has some (`crate::traffic`).
-pub(crate) fn route_config_with_rules(
+pub fn route_config_with_rules(
     port: u16,
     services: &[&MergedService],
     rules: &RouteSource<'_>,

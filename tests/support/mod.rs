@@ -1,11 +1,26 @@
-//! H-RAW: an in-process xDS server on `127.0.0.1:0`, hand-made Envoy resources published through a
-//! `SnapshotStore`, and a scripted raw gRPC client that checks INV-1/2/3/5 on every response.
+//! The one support module every test binary of `tests/` shares (tests/README.md lists the tiers).
+//!
+//! This file is H-RAW: an in-process xDS server on `127.0.0.1:0`, hand-made Envoy resources
+//! published through a `SnapshotStore`, and a scripted raw gRPC client that checks INV-1/2/3/5 on
+//! every response. The parts:
+//!
+//! - [`delta`]: the incremental (delta xDS) twin of the scripted client;
+//! - [`recorder`]: a global `metrics` recorder tests read counters from;
+//! - [`resources`]: hand-made Envoy resources and their names;
+//! - [`harness`]: real processes (the tributary binary, Envoy, HTTP backends) and waits;
+//! - [`pki`]: test CAs, certificates and TLS clients;
+//! - [`proxyless`]: proxyless gRPC clients and servers (the scripts in `tests/proxyless/`);
+//! - [`type_url`]: the wire type URLs, spelled out independently of the crate's own constants.
 
 #![allow(dead_code)]
 
 pub mod delta;
+pub mod harness;
+pub mod pki;
+pub mod proxyless;
 pub mod recorder;
 pub mod resources;
+pub mod type_url;
 
 use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddr;
@@ -25,7 +40,9 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
+use tributary::config::Config;
 use tributary::envoy::{EncodedResource, ResourceType};
+use tributary::runtime::{self, Running};
 use tributary::snapshot::{BuildInput, SnapshotBuilder, SnapshotStore};
 use tributary::xds::{Subscription, XdsOptions, XdsServer};
 
@@ -37,6 +54,14 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long `expect_no_response` listens: long enough for a loopback push to arrive, short enough
 /// that the suite stays fast.
 pub const QUIET: Duration = Duration::from_millis(300);
+
+/// The whole pipeline in process, started from `config`. The test [`recorder`] goes in first: the
+/// `metrics` crate has one recorder per process, and the tests of the binary that read counters
+/// need theirs, not the Prometheus one the runtime would install.
+pub async fn start_runtime(config: Config) -> Running {
+    recorder::install();
+    runtime::start(config).await.expect("tributary starts")
+}
 
 /// The server under test and the snapshot builder feeding it.
 pub struct TestServer {

@@ -160,7 +160,7 @@ fn dns_round_robin_keeps_exactly_one_endpoint() {
 
 #[test]
 fn dns_round_robin_without_endpoints_falls_back_to_empty_strict_dns() {
-    // Envoy rejects LOGICAL_DNS without exactly one host (see validate.rs); INV-7.
+    // Envoy rejects LOGICAL_DNS without exactly one host (tests/e2e/envoy_validate.rs checks it); INV-7.
     let svc = with_resolution(
         merged(
             "none.example.com",
