@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tributary_registries::kubernetes::fake::{FakeApiServer, ResourceType};
 
-use super::envoy_harness::{
+use crate::support::harness::{
     Envoy, Proc, Tributary, envoy_bin, eventually, free_port, loopback, replace_file, tributary_bin,
 };
 use super::upstream::{Upstream, get};

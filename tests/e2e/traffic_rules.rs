@@ -7,18 +7,14 @@
 //! requests has a standard deviation of 0.67 %, well inside ±3 %; a 50 % abort over 1,000 has
 //! 1.6 %, inside ±5 %.
 
-#![allow(clippy::unwrap_used)]
-
-mod envoy_harness;
-#[path = "traffic_rules/scenario.rs"]
 mod scenario;
-#[path = "traffic_rules/upstream.rs"]
 mod upstream;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::support::harness as envoy_harness;
 use envoy_harness::no_rejections;
 use scenario::{HOST, Mesh, Mode, destination_rule, split, virtual_service};
 use upstream::{Behaviour, get};
