@@ -48,6 +48,7 @@ fn describe() {
     crate::aggregate::metrics::describe();
     tributary_registries::metrics::describe();
     super::process::describe();
+    super::tasks::describe();
     metrics::describe_gauge!(
         "istio_build",
         "Istio component build info (tag: tributary's version)."
@@ -75,6 +76,7 @@ fn buckets(b: PrometheusBuilder) -> PrometheusBuilder {
 pub fn render() -> String {
     let h = handle();
     super::process::sample();
+    super::tasks::sample();
     h.run_upkeep();
     h.render()
 }
