@@ -12,10 +12,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tributary_registries::kubernetes::fake::{FakeApiServer, ResourceType};
 
+use super::upstream::{Upstream, get};
 use crate::support::harness::{
     Envoy, Proc, Tributary, envoy_bin, eventually, free_port, loopback, replace_file, tributary_bin,
 };
-use super::upstream::{Upstream, get};
 
 /// The service every proof routes to.
 pub const HOST: &str = "reviews.rules.local";
