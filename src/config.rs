@@ -345,6 +345,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn config_sources_run_as_registries_after_the_registries() {
+        let c = Config::from_yaml(
+            "registries:\n  - {type: service_entry, name: se, directory: /etc/se}\n\
+             config_sources:\n  - address: fs:///etc/istio\n  - {address: 'k8s://', namespaces: [shop]}\n",
+        )
+        .unwrap();
+        assert!(!c.is_demo());
+        let all = c.all_registries();
+        let names: Vec<&str> = all.iter().map(RegistryConfig::name).collect();
+        assert_eq!(names, ["se", "fs:///etc/istio", "k8s://"]);
+        let RegistryConfig::ServiceEntry(k8s) = &all[2] else {
+            panic!("a config source is a ServiceEntry registry: {all:?}");
+        };
+        let crds = k8s.kubernetes.as_ref().expect("k8s:// reads CRDs");
+        assert_eq!(crds.namespaces, ["shop"]);
+
+        let err = |yaml: &str| Config::from_yaml(yaml).unwrap_err().to_string();
+        assert!(
+            err("config_sources: [{address: 'xds://istiod:15010'}]").contains("not supported yet")
+        );
+        assert!(err("config_sources: [{address: 'fs://etc'}]").contains("absolute"));
+        let clash = "registries:\n  - {type: service_entry, name: 'k8s://', directory: /x}\n\
+                     config_sources: [{address: 'k8s://'}]\n";
+        assert!(err(clash).contains("unique"), "{}", err(clash));
+    }
+
+    #[test]
     fn empty_file_is_all_defaults_and_demo() {
         let c = Config::from_yaml("{}").unwrap();
         assert_eq!(c, Config::default());
