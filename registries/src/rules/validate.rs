@@ -20,8 +20,8 @@ use std::fmt;
 
 use super::common::{Duration, Percent, StringMatch};
 use super::{DestinationRule, Rule, VirtualService};
-use crate::mock::file_format::locate::line_of;
 use crate::serviceentry::checks::{FieldPath, is_dns1123_label, validate_fqdn, validate_label};
+use crate::support::yaml_locate::line_of;
 
 /// How bad a problem is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
