@@ -10,10 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::{
-    DataSource, HeaderValue, HeaderValueOption, RuntimeFractionalPercent, data_source,
-    header_value_option::HeaderAppendAction,
-};
+use envoy_types::pb::envoy::config::core::v3::{DataSource, RuntimeFractionalPercent, data_source};
 use envoy_types::pb::envoy::config::route::v3::{
     DirectResponseAction, HeaderMatcher, QueryParameterMatcher, RedirectAction, RetryPolicy, Route,
     RouteAction, RouteMatch, WeightedCluster, header_matcher, query_parameter_matcher,
@@ -24,22 +21,13 @@ use envoy_types::pb::envoy::config::route::v3::{
     route_match,
     weighted_cluster::ClusterWeight,
 };
-use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
-    FaultDelay, fault_delay::FaultDelaySecifier,
-};
-use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy as PbCors;
-use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
-    FaultAbort, HttpFault, fault_abort::ErrorType,
-};
 use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher,
 };
-use envoy_types::pb::envoy::r#type::v3::{FractionalPercent, fractional_percent::DenominatorType};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use tributary_registries::rules::{
-    Destination, HeaderOperations, Headers, HttpMatchRequest, HttpRoute, Percent, Rule,
-    StringMatch, VirtualService,
+    Destination, Headers, HttpMatchRequest, HttpRoute, Percent, Rule, StringMatch, VirtualService,
 };
 use tributary_registries::{Hostname, ServicePort};
 
@@ -47,8 +35,12 @@ use super::RuleIndex;
 use super::index::resolve_host;
 use crate::aggregate::MergedService;
 use crate::envoy::ConfigIssue;
+
+mod filters;
+
 use crate::envoy::naming::{cluster_name, subset_cluster_name};
 use crate::envoy::pb::{any, duration};
+use filters::{cors_policy, fraction, header_edits, header_options, http_fault};
 
 /// The name of Envoy's fault filter, whose per-route config carries `fault`.
 pub(crate) const FAULT_FILTER: &str = "envoy.filters.http.fault";
@@ -64,9 +56,6 @@ const DEFAULT_RETRIABLE_STATUS: u32 = 503;
 
 /// How many hosts Envoy tries to pick that it has not tried yet, per retry (istiod's value).
 const HOST_SELECTION_RETRY_MAX_ATTEMPTS: i64 = 5;
-
-/// Percentages are sent to Envoy in millionths, so `12.5%` keeps its fraction.
-const PER_MILLION: f64 = 10_000.0;
 
 /// Settings for what rules generate that the rules themselves do not say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -338,6 +327,19 @@ fn action(
                     return None;
                 }
             };
+            if let Some(subset) = &d.destination.subset
+                && !subset_defined(ctx.rules, &host, subset)
+            {
+                // Routed anyway, as istiod does: the route is right once the rule comes.
+                issues.push(ConfigIssue {
+                    object: object.to_string(),
+                    field: format!("{field}.route[{i}].destination.subset"),
+                    message: format!(
+                        "no DestinationRule defines subset {subset} of {host}; requests routed \
+                         to it fail (503) until one does"
+                    ),
+                });
+            }
             let weight = u32::try_from(d.weight.unwrap_or(0).max(0)).unwrap_or(u32::MAX);
             Some((cluster, weight, d.headers.as_ref(), host))
         })
@@ -488,6 +490,13 @@ fn destination_cluster(
     Ok((cluster, host))
 }
 
+/// Whether `host`'s DestinationRule defines `subset`.
+fn subset_defined(rules: &RuleIndex, host: &Hostname, subset: &str) -> bool {
+    rules
+        .destination_rule(host)
+        .is_some_and(|r| r.spec.subsets.iter().any(|s| s.name == subset))
+}
+
 /// The hash policy of `host`'s DestinationRule (consistent hashing only), as istiod builds it.
 pub(crate) fn hash_policy_for(rules: &RuleIndex, host: &Hostname) -> Vec<HashPolicy> {
     let Some(hash) = rules.destination_rule(host).and_then(|r| {
@@ -579,135 +588,4 @@ fn retry_policy(http: &HttpRoute, options: &TrafficOptions) -> Option<RetryPolic
         host_selection_retry_max_attempts: HOST_SELECTION_RETRY_MAX_ATTEMPTS,
         ..Default::default()
     })
-}
-
-fn fraction(percent: f64) -> FractionalPercent {
-    let clamped = percent.clamp(0.0, 100.0);
-    FractionalPercent {
-        numerator: (clamped * PER_MILLION).round() as u32,
-        denominator: DenominatorType::Million as i32,
-    }
-}
-
-fn http_fault(f: &tributary_registries::rules::HttpFaultInjection) -> HttpFault {
-    let mut out = HttpFault::default();
-    if let Some(d) = &f.delay
-        && let Some(fixed) = d.fixed_delay
-    {
-        let percent = d
-            .percentage
-            .map(|p| p.value)
-            .or(d.percent.map(|p| p as f64))
-            .unwrap_or(100.0);
-        out.delay = Some(FaultDelay {
-            percentage: Some(fraction(percent)),
-            fault_delay_secifier: Some(FaultDelaySecifier::FixedDelay(duration(fixed.get()))),
-        });
-    }
-    if let Some(a) = &f.abort {
-        let error = match (a.http_status, &a.grpc_status) {
-            (Some(s), _) => Some(ErrorType::HttpStatus(u32::try_from(s).unwrap_or(503))),
-            (None, Some(g)) => grpc_code(g).map(ErrorType::GrpcStatus),
-            (None, None) => None,
-        };
-        if let Some(error) = error {
-            out.abort = Some(FaultAbort {
-                percentage: Some(fraction(a.percentage.map_or(100.0, |p| p.value))),
-                error_type: Some(error),
-                ..Default::default()
-            });
-        }
-    }
-    out
-}
-
-/// A gRPC status name or number → its number.
-fn grpc_code(status: &str) -> Option<u32> {
-    const NAMES: [&str; 17] = [
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    ];
-    status.parse::<u32>().ok().or_else(|| {
-        NAMES
-            .iter()
-            .position(|n| *n == status)
-            .and_then(|i| u32::try_from(i).ok())
-    })
-}
-
-fn cors_policy(c: &tributary_registries::rules::CorsPolicy) -> PbCors {
-    let exact = c.allow_origin.iter().map(|o| StringMatch {
-        exact: Some(o.clone()),
-        ..StringMatch::default()
-    });
-    PbCors {
-        allow_origin_string_match: c
-            .allow_origins
-            .iter()
-            .cloned()
-            .chain(exact)
-            .filter_map(|m| string_matcher_of(&m))
-            .collect(),
-        allow_methods: c.allow_methods.join(","),
-        allow_headers: c.allow_headers.join(","),
-        expose_headers: c.expose_headers.join(","),
-        max_age: c
-            .max_age
-            .map(|d| d.get().as_secs().to_string())
-            .unwrap_or_default(),
-        allow_credentials: c.allow_credentials.map(|value| BoolValue { value }),
-        ..Default::default()
-    }
-}
-
-fn header_edits(r: &mut Route, headers: &Headers) {
-    if let Some(req) = &headers.request {
-        let (add, remove) = header_options(req);
-        r.request_headers_to_add = add;
-        r.request_headers_to_remove = remove;
-    }
-    if let Some(resp) = &headers.response {
-        let (add, remove) = header_options(resp);
-        r.response_headers_to_add = add;
-        r.response_headers_to_remove = remove;
-    }
-}
-
-/// `set` overwrites, `add` appends, `remove` removes.
-fn header_options(ops: &HeaderOperations) -> (Vec<HeaderValueOption>, Vec<String>) {
-    let option = |k: &String, v: &String, action: HeaderAppendAction| HeaderValueOption {
-        header: Some(HeaderValue {
-            key: k.clone(),
-            value: v.clone(),
-            ..Default::default()
-        }),
-        append_action: action as i32,
-        ..Default::default()
-    };
-    let add = ops
-        .set
-        .iter()
-        .map(|(k, v)| option(k, v, HeaderAppendAction::OverwriteIfExistsOrAdd))
-        .chain(
-            ops.add
-                .iter()
-                .map(|(k, v)| option(k, v, HeaderAppendAction::AppendIfExistsOrAdd)),
-        )
-        .collect();
-    (add, ops.remove.clone())
 }

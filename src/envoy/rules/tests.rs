@@ -345,7 +345,7 @@ http:
   - {destination: {host: reviews, subset: v2}, weight: 10}
 - route: [{destination: {host: reviews}}]
 "#),
-        vec![],
+        vec![dr(SUBSETS)],
     );
     assert!(issues.is_empty(), "{issues:?}");
     assert_eq!(r.len(), 2, "nothing after the catch-all");
@@ -513,4 +513,28 @@ fn a_consistent_hash_rule_puts_a_hash_policy_on_routes_to_its_host() {
     };
     let r = routes_for(&svc, &svc.service.ports[0], &ctx, &mut Vec::new()).expect("hashed default");
     assert_eq!(action(&r[0]).hash_policy.len(), 1);
+}
+
+#[test]
+fn a_route_to_an_undefined_subset_is_reported() {
+    let rule =
+        vs("hosts: [reviews]\nhttp:\n- route: [{destination: {host: reviews, subset: v3}}]\n");
+    let (r, issues) = routes(&rule, vec![dr(SUBSETS)]);
+    assert_eq!(r.len(), 1, "still routed, as istiod does");
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert_eq!(issues[0].field, "spec.http[0].route[0].destination.subset");
+    assert!(
+        issues[0]
+            .message
+            .contains("no DestinationRule defines subset v3")
+    );
+    let (_, issues) = routes(
+        &vs(r#"
+hosts: [reviews]
+http:
+- route: [{destination: {host: reviews, subset: v2}}]
+"#),
+        vec![dr(SUBSETS)],
+    );
+    assert!(issues.is_empty(), "{issues:?}");
 }
