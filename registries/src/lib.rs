@@ -21,6 +21,8 @@
 #![forbid(unsafe_code)]
 
 mod config;
+pub mod config_source;
+pub mod config_store;
 pub mod consul;
 pub mod duration;
 pub mod kubernetes;
