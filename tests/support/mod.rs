@@ -10,6 +10,7 @@
 //! - [`harness`]: real processes (the tributary binary, Envoy, HTTP backends) and waits;
 //! - [`pki`]: test CAs, certificates and TLS clients;
 //! - [`proxyless`]: proxyless gRPC clients and servers (the scripts in `tests/proxyless/`);
+//! - [`raw_ads`]: plain ADS streams for tests of the whole pipeline or the real binary;
 //! - [`type_url`]: the wire type URLs, spelled out independently of the crate's own constants.
 
 #![allow(dead_code)]
@@ -18,6 +19,7 @@ pub mod delta;
 pub mod harness;
 pub mod pki;
 pub mod proxyless;
+pub mod raw_ads;
 pub mod recorder;
 pub mod resources;
 pub mod type_url;

@@ -6,19 +6,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 use tributary::config::{Config, ConnectionSettings, ShutdownSettings};
 use tributary::runtime::Running;
 
 use crate::support;
 use crate::support::harness::http_get;
-use crate::support::type_url::CDS;
+use crate::support::raw_ads;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -48,31 +44,7 @@ async fn ads(
     ),
     Status,
 > {
-    let ch = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .map_err(|e| Status::unavailable(e.to_string()))?;
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(DiscoveryRequest {
-        node: Some(Node {
-            id: "n1".into(),
-            ..Default::default()
-        }),
-        type_url: CDS.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut stream = AggregatedDiscoveryServiceClient::new(ch)
-        .stream_aggregated_resources(ReceiverStream::new(rx))
-        .await?
-        .into_inner();
-    let first = tokio::time::timeout(WAIT, stream.message())
-        .await
-        .map_err(|_| Status::deadline_exceeded("first response"))??
-        .ok_or_else(|| Status::ok("ended"))?;
-    Ok((tx, stream, first))
+    raw_ads::open_first(raw_ads::connect(addr).await?, raw_ads::node("n1"), WAIT).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
