@@ -3,7 +3,7 @@
 //! `tributary --config tributary.yaml` reads a [`Config`]; flags given on the command line replace
 //! the file's values (`main` applies them with [`Config::apply_overrides`]). With neither a config
 //! file nor `--mock-file`, tributary serves the embedded demo mesh. Nothing below this module and
-//! `main` reads environment variables: the Consul variables (`CONSUL_HTTP_ADDR`, ...) come in
+//! `main` reads environment variables: the registries' variables (`CONSUL_HTTP_ADDR`, ...) come in
 //! through [`Config::apply_env`], which the command line calls with the process environment.
 
 use std::net::SocketAddr;
@@ -11,10 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tributary_registries::consul::ConsulConfig;
-use tributary_registries::kubernetes::KubernetesConfig;
 use tributary_registries::mock::MockConfig;
-use tributary_registries::serviceentry::ServiceEntryConfig;
 
 use crate::aggregate::DebounceSettings;
 use crate::control_api::ControlApiConfig;
@@ -26,6 +23,8 @@ mod server;
 
 pub use admin::AdminSettings;
 pub use server::{ConnectionSettings, ShutdownSettings};
+/// One registry to run; each adapter owns its variant's settings, checks and build.
+pub use tributary_registries::RegistryConfig;
 
 /// The default plaintext xDS address, istiod's `--grpcAddr` port on loopback.
 pub const DEFAULT_XDS_ADDR: &str = "127.0.0.1:15010";
@@ -96,26 +95,6 @@ pub struct Config {
     pub control_api: Option<ControlApiConfig>,
 }
 
-/// One registry to run. Adding a registry kind today takes a variant here, its arms in
-/// [`RegistryConfig::name`] and [`Config::validate`] (and [`Config::apply_env`] if it reads the
-/// environment), and the arm of `Supervisor::spawn` in `runtime/registries.rs` that builds it
-/// (`docs/architecture.md`, "Adding a registry").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum RegistryConfig {
-    /// The mock registry: a YAML mesh file, reloaded on change, plus a gRPC control API.
-    Mock(MockConfig),
-    /// Kubernetes clusters: Services, EndpointSlices, Pods and Nodes through kube-rs watchers.
-    /// Boxed: its config is several times the size of the others.
-    Kubernetes(Box<KubernetesConfig>),
-    /// A Consul catalog, watched with blocking queries (one datacenter per registry). Boxed: its
-    /// settings are several times the size of the other variants'.
-    Consul(Box<ConsulConfig>),
-    /// Istio ServiceEntry / WorkloadEntry objects from a watched directory of manifests and/or a
-    /// cluster's CRDs. Boxed, as the other large configs.
-    ServiceEntry(Box<ServiceEntryConfig>),
-}
-
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -173,19 +152,8 @@ impl Config {
     /// empty mesh; a file that breaks later only degrades its registry.
     pub fn check_sources(&self) -> Result<(), ConfigError> {
         for r in &self.registries {
-            match r {
-                RegistryConfig::Mock(m) => {
-                    m.validate()
-                        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-                    m.check_file().map_err(|e| {
-                        ConfigError::Invalid(format!("mock registry {:?}: {e}", m.name))
-                    })?;
-                }
-                RegistryConfig::ServiceEntry(s) => s.check_directory().map_err(|e| {
-                    ConfigError::Invalid(format!("service_entry registry {:?}: {e}", s.name))
-                })?,
-                _ => {}
-            }
+            r.check_sources()
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         }
         Ok(())
     }
@@ -230,43 +198,12 @@ impl Config {
         }
     }
 
-    /// Fills what Consul registries leave unset from the variables Consul's own tools read:
-    /// `CONSUL_HTTP_ADDR` (with `CONSUL_HTTP_SSL=true`, an address without scheme is https),
-    /// `CONSUL_HTTP_TOKEN` / `CONSUL_HTTP_TOKEN_FILE`, `CONSUL_CACERT`, `CONSUL_CLIENT_CERT` +
-    /// `CONSUL_CLIENT_KEY`. The file wins over the environment. `env` is the environment lookup
-    /// (`std::env::var` at the edge, a map in tests).
+    /// Fills what the registries leave unset from the environment variables their platforms'
+    /// tools read (`CONSUL_HTTP_ADDR`, ...; each adapter says which). `env` is the environment
+    /// lookup (`std::env::var` at the edge, a map in tests).
     pub fn apply_env(&mut self, env: impl Fn(&str) -> Option<String>) {
-        let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
         for r in &mut self.registries {
-            let RegistryConfig::Consul(c) = r else {
-                continue;
-            };
-            if c.address.is_none()
-                && let Some(addr) = var("CONSUL_HTTP_ADDR")
-            {
-                let ssl = var("CONSUL_HTTP_SSL").is_some_and(|v| v == "true" || v == "1");
-                c.address = Some(match (addr.contains("://"), ssl) {
-                    (false, true) => format!("https://{addr}"),
-                    _ => addr,
-                });
-            }
-            if c.token.is_none() && c.token_file.is_none() {
-                c.token = var("CONSUL_HTTP_TOKEN");
-                if c.token.is_none() {
-                    c.token_file = var("CONSUL_HTTP_TOKEN_FILE").map(PathBuf::from);
-                }
-            }
-            if c.tls.ca_file.is_none() {
-                c.tls.ca_file = var("CONSUL_CACERT").map(PathBuf::from);
-            }
-            if c.tls.cert_file.is_none()
-                && c.tls.key_file.is_none()
-                && let (Some(cert), Some(key)) =
-                    (var("CONSUL_CLIENT_CERT"), var("CONSUL_CLIENT_KEY"))
-            {
-                c.tls.cert_file = Some(cert.into());
-                c.tls.key_file = Some(key.into());
-            }
+            r.apply_env(&env);
         }
     }
 
@@ -293,25 +230,13 @@ impl Config {
         }
         let mut names = std::collections::BTreeSet::new();
         for r in &self.registries {
-            match r {
-                RegistryConfig::Kubernetes(k) => k
-                    .validate()
-                    .map_err(|e| ConfigError::Invalid(e.to_string()))?,
-                RegistryConfig::ServiceEntry(s) => s
-                    .validate()
-                    .map_err(|e| ConfigError::Invalid(e.to_string()))?,
-                // Consul is validated below, once its name is known to be unique.
-                RegistryConfig::Mock(_) | RegistryConfig::Consul(_) => {}
-            }
+            r.validate()
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             let name = r.name();
             if !names.insert(name.to_string()) {
                 return Err(ConfigError::Invalid(format!(
                     "two registries are named {name:?}; give each a unique `name`"
                 )));
-            }
-            if let RegistryConfig::Consul(c) = r {
-                c.validate()
-                    .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             }
         }
         if !self.xds_addr.ip().is_loopback() && !self.insecure_plaintext_xds {
@@ -360,18 +285,6 @@ impl Config {
     }
 }
 
-impl RegistryConfig {
-    /// The registry's configured name (its [`tributary_registries::RegistryId`]).
-    pub fn name(&self) -> &str {
-        match self {
-            RegistryConfig::Mock(m) => &m.name,
-            RegistryConfig::Kubernetes(k) => &k.name,
-            RegistryConfig::Consul(c) => &c.name,
-            RegistryConfig::ServiceEntry(s) => &s.name,
-        }
-    }
-}
-
 /// Durations as humans write them: `100ms`, `10s`, `5m` (one reading for every config section).
 pub(crate) use tributary_registries::duration;
 
@@ -402,6 +315,8 @@ pub(crate) mod rfc3339_opt {
 
 #[cfg(test)]
 mod tests {
+    use tributary_registries::consul::ConsulConfig;
+
     use super::*;
 
     #[test]

@@ -52,6 +52,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tracing::Instrument;
 
+use crate::config::{AdapterConfig, BuiltRegistry, RegistryConfigError};
 use crate::model::RegistryId;
 use crate::registry::{Registry, RegistryError, RegistrySink};
 
@@ -74,6 +75,24 @@ impl ConsulRegistry {
     /// A registry reading the Consul `config` describes.
     pub fn new(config: ConsulConfig) -> Self {
         Self { config }
+    }
+}
+
+impl AdapterConfig for ConsulConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn validate(&self) -> Result<(), RegistryConfigError> {
+        ConsulConfig::validate(self).map_err(RegistryConfigError::invalid)
+    }
+
+    fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) {
+        ConsulConfig::apply_env(self, env)
+    }
+
+    fn build(&self) -> BuiltRegistry {
+        BuiltRegistry::from_config(self, ConsulRegistry::new)
     }
 }
 

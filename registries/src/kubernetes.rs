@@ -46,6 +46,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tracing::Instrument;
 
+use crate::config::{AdapterConfig, BuiltRegistry, RegistryConfigError};
 use crate::model::{ClusterId, RegistryId};
 use crate::registry::{Registry, RegistryError, RegistrySink};
 
@@ -65,6 +66,20 @@ use worker::{Worker, WorkerSetup};
 #[derive(Debug, Clone)]
 pub struct KubernetesRegistry {
     config: KubernetesConfig,
+}
+
+impl AdapterConfig for KubernetesConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn validate(&self) -> Result<(), RegistryConfigError> {
+        KubernetesConfig::validate(self).map_err(RegistryConfigError::invalid)
+    }
+
+    fn build(&self) -> BuiltRegistry {
+        BuiltRegistry::from_config(self, KubernetesRegistry::new)
+    }
 }
 
 impl KubernetesRegistry {

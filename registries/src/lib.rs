@@ -6,16 +6,19 @@
 //!   [`RegistrySink`] as batches of [`Change`]s keyed by hostname, plus a "synced" signal once its
 //!   initial listing is complete, plus its health;
 //! - the adapters themselves, one folder each: [`mock`], [`kubernetes`], [`consul`] and
-//!   [`serviceentry`];
+//!   [`serviceentry`], each owning its config (serde, validation, environment) and a `build`;
+//! - [`RegistryConfig`]: one variant per adapter ([`AdapterConfig`]), what the config file's
+//!   `registries:` list holds;
 //! - `test_util` (tests and the `test-util` feature): the conformance test every adapter passes.
 //!
 //! It does **not** merge registries, debounce, build Envoy resources or speak xDS: that is the
 //! `tributary` crate, which depends on this one and never the other way round. A new registry is one
-//! folder here, plus (for now) its config variant and construction in `tributary`'s `config.rs` and
-//! `runtime/registries.rs` (`docs/architecture.md`, "Adding a registry").
+//! folder here, plus one line in [`RegistryConfig`]'s list; `tributary` takes the whole list as it is
+//! (`docs/architecture.md`, "Adding a registry").
 
 #![forbid(unsafe_code)]
 
+mod config;
 pub mod consul;
 pub mod duration;
 pub mod kubernetes;
@@ -27,6 +30,9 @@ pub mod serviceentry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 
+pub use config::{
+    AdapterConfig, BuiltRegistry, RegistryConfig, RegistryConfigError, RegistryFactory,
+};
 pub use model::{
     ClusterId, Endpoint, Health, Hostname, HostnameError, Locality, MeshLocation, Origin, Protocol,
     RegistryId, Resolution, Service, ServicePort, ServiceState,

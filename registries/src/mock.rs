@@ -57,6 +57,7 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::config::{AdapterConfig, BuiltRegistry, RegistryConfigError};
 use crate::model::RegistryId;
 use crate::registry::{Registry, RegistryError, RegistrySink};
 
@@ -94,6 +95,37 @@ pub struct MockRegistry {
 }
 
 use handle::Command;
+
+impl AdapterConfig for MockConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Nothing before [`AdapterConfig::check_sources`]: `--mock-file` may still replace the file
+    /// after the config file is read, and the checks look at both.
+    fn validate(&self) -> Result<(), RegistryConfigError> {
+        Ok(())
+    }
+
+    fn check_sources(&self) -> Result<(), RegistryConfigError> {
+        MockConfig::validate(self).map_err(RegistryConfigError::invalid)?;
+        self.check_file().map_err(|e| RegistryConfigError::Source {
+            kind: "mock",
+            name: self.name.clone(),
+            why: e.to_string(),
+        })
+    }
+
+    /// Every (re)start is a clone of one instance, so the handle (the control API) survives
+    /// restarts.
+    fn build(&self) -> BuiltRegistry {
+        let (registry, handle) = MockRegistry::new(self.clone());
+        BuiltRegistry {
+            factory: Box::new(move || Box::new(registry.clone())),
+            mock: Some(handle),
+        }
+    }
+}
 
 impl MockRegistry {
     /// A registry for `config` and the handle that drives it.

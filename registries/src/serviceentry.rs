@@ -52,6 +52,7 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::config::{AdapterConfig, BuiltRegistry, RegistryConfigError};
 use crate::model::RegistryId;
 use crate::registry::{Registry, RegistryError, RegistrySink};
 
@@ -73,6 +74,29 @@ use worker::{ClusterSource, FileSource, Worker};
 #[derive(Debug, Clone)]
 pub struct ServiceEntryRegistry {
     config: ServiceEntryConfig,
+}
+
+impl AdapterConfig for ServiceEntryConfig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn validate(&self) -> Result<(), RegistryConfigError> {
+        ServiceEntryConfig::validate(self).map_err(RegistryConfigError::invalid)
+    }
+
+    fn check_sources(&self) -> Result<(), RegistryConfigError> {
+        self.check_directory()
+            .map_err(|why| RegistryConfigError::Source {
+                kind: "service_entry",
+                name: self.name.clone(),
+                why,
+            })
+    }
+
+    fn build(&self) -> BuiltRegistry {
+        BuiltRegistry::from_config(self, ServiceEntryRegistry::new)
+    }
 }
 
 impl ServiceEntryRegistry {

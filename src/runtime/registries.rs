@@ -15,16 +15,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
-use tributary_registries::consul::ConsulRegistry;
-use tributary_registries::kubernetes::KubernetesRegistry;
-use tributary_registries::mock::{MockHandle, MockRegistry};
-use tributary_registries::serviceentry::ServiceEntryRegistry;
+use tributary_registries::mock::MockHandle;
 use tributary_registries::{RegistryId, RegistryMessage, RegistrySink};
 
 use crate::aggregate::{AggregateCommand, CommandSender};
 use crate::config::{Config, ConfigError, Overrides, RegistryConfig};
 
-use super::supervise::{Faults, RegistryFactory, supervise_registry};
+use super::supervise::{Faults, supervise_registry};
 
 /// How often the config file is read to notice changes. Kubernetes ConfigMap updates take up to a
 /// minute to land; a 2 s poll adds little and, unlike inotify, survives the symlink swap a
@@ -111,32 +108,7 @@ impl Supervisor {
 
     fn spawn(&mut self, rc: &RegistryConfig) -> Option<MockHandle> {
         let id = RegistryId::new(rc.name());
-        let (factory, mock): (RegistryFactory, _) = match rc {
-            RegistryConfig::Mock(mc) => {
-                let (registry, handle) = MockRegistry::new(mc.clone());
-                // Every restart drives the same handle, so the control API survives it.
-                let make: RegistryFactory = Box::new(move || Box::new(registry.clone()));
-                (make, Some(handle))
-            }
-            RegistryConfig::Kubernetes(kc) => {
-                let kc = (**kc).clone();
-                let make: RegistryFactory =
-                    Box::new(move || Box::new(KubernetesRegistry::new(kc.clone())));
-                (make, None)
-            }
-            RegistryConfig::Consul(cc) => {
-                let cc = (**cc).clone();
-                let make: RegistryFactory =
-                    Box::new(move || Box::new(ConsulRegistry::new(cc.clone())));
-                (make, None)
-            }
-            RegistryConfig::ServiceEntry(sc) => {
-                let sc = (**sc).clone();
-                let make: RegistryFactory =
-                    Box::new(move || Box::new(ServiceEntryRegistry::new(sc.clone())));
-                (make, None)
-            }
-        };
+        let built = rc.build();
         let stop = self.shutdown.child_token();
         let sink = RegistrySink::new(id.clone(), self.events.clone());
         let span = info_span!("registry", registry = %id);
@@ -144,8 +116,14 @@ impl Supervisor {
         let fault = self.faults.delay_for(&format!("registry:{id}"));
         self.faults = Faults::default();
         self.tasks.spawn(
-            supervise_registry(factory, sink, self.commands.clone(), stop.clone(), fault)
-                .instrument(span),
+            supervise_registry(
+                built.factory,
+                sink,
+                self.commands.clone(),
+                stop.clone(),
+                fault,
+            )
+            .instrument(span),
         );
         self.order.push(rc.name().to_string());
         self.entries.insert(
@@ -155,7 +133,7 @@ impl Supervisor {
                 stop,
             },
         );
-        mock
+        built.mock
     }
 
     /// Applies the registries of a reloaded config.

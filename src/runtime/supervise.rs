@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::task::{Id, JoinError};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, warn};
-use tributary_registries::{Registry, RegistryError, RegistrySink, RegistryStatus};
+use tributary_registries::{RegistryError, RegistrySink, RegistryStatus};
 
 use crate::aggregate::{AggregateCommand, CommandSender};
 
@@ -35,7 +35,7 @@ pub const RESTART_MAX: Duration = Duration::from_secs(30);
 const RESTART_RESET_AFTER: Duration = Duration::from_secs(60);
 
 /// Builds a fresh instance of one configured registry for each (re)start.
-pub(super) type RegistryFactory = Box<dyn Fn() -> Box<dyn Registry> + Send + Sync>;
+pub(super) use tributary_registries::RegistryFactory;
 
 /// The text of a panic payload, or a placeholder when it is not text.
 pub fn panic_message(err: JoinError) -> String {

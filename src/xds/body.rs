@@ -33,9 +33,9 @@ pub(crate) struct Framed {
     pub ty: ResourceType,
     /// The gRPC prefix + per-stream fields, then the shared resource entries.
     pub chunks: Vec<Bytes>,
-    /// EDS/RDS: the names carried, so a recalled response can be owed again. Dropped as soon as
-    /// the body takes the response.
-    pub names: Vec<Arc<str>>,
+    /// SotW EDS/RDS: the names carried, so a recalled response can be owed again (shared with the
+    /// stream's record of the response, not a copy). Dropped as soon as the body takes the response.
+    pub names: Arc<[Arc<str>]>,
 }
 
 #[derive(Default)]

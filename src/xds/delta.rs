@@ -1,5 +1,6 @@
-//! Incremental (delta) xDS: `DeltaAggregatedResources` and the per-type `Delta*` methods, served
-//! from the same snapshot and the same encoded resource bytes as state-of-the-world (DELTA-21).
+//! Incremental (delta) xDS: the hooks `stream.rs` runs for `DeltaAggregatedResources` and the
+//! per-type `Delta*` methods, served from the same snapshot and the same encoded resource bytes as
+//! state-of-the-world (DELTA-21).
 //!
 //! A delta response carries only what changed for the client (DELTA-8) and names what went away in
 //! `removed_resources` (DELTA-9). Each resource's `version` is its content hash, the same on every
@@ -9,10 +10,191 @@
 //! partial mesh (TRANS-11).
 //!
 //! `state.rs` is the pure per-type protocol state (how what the client holds is tracked without
-//! copying it is explained there); `stream.rs` is the task that runs one stream. Not supported:
-//! aliases and resource locators (treated as unknown names, DELTA-15/18), TTLs (DELTA-20).
+//! copying it is explained there). What follows CDS: over ADS, clusters a CDS response changed get
+//! their EDS resent right after it: Envoy re-warms an updated cluster and waits for its assignment
+//! (SOTW-32; Envoy issue 31535 shows the outage when a delta server leaves it out). A CDS response
+//! told to hold removals defers them to the end of the push (SOTW-31). Not supported: aliases and
+//! resource locators (treated as unknown names, DELTA-15/18), TTLs (DELTA-20).
 
 mod state;
-mod stream;
 
-pub(crate) use stream::run;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+use tonic::Status;
+
+use super::body::{Framed, SlotWriter};
+use super::cache::FullSetCache;
+use super::connections::TypeStatus;
+use super::metrics::InvalidReason;
+use super::request::{Kind, MAX_NAMES_PER_REQUEST, check_names, refuse};
+use super::response::{self, TooLarge};
+use super::stream::Protocol;
+use crate::envoy::ResourceType;
+use crate::snapshot::{Snapshot, TypeResources, View};
+use state::{DeltaBuilt, DeltaState, Request};
+
+/// The delta side of one stream.
+pub(crate) struct Delta {
+    types: [DeltaState; 4],
+}
+
+impl Default for Delta {
+    fn default() -> Self {
+        Self {
+            types: ResourceType::PUSH_ORDER.map(DeltaState::new),
+        }
+    }
+}
+
+impl Protocol for Delta {
+    type Request = DeltaDiscoveryRequest;
+    type Built = DeltaBuilt;
+    const DELTA: bool = true;
+    const NONCE_MARK: &'static str = "-d";
+
+    fn node(req: &DeltaDiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+
+    fn type_url(req: &DeltaDiscoveryRequest) -> &str {
+        &req.type_url
+    }
+
+    fn error(req: &DeltaDiscoveryRequest) -> Option<&str> {
+        req.error_detail.as_ref().map(|e| e.message.as_str())
+    }
+
+    fn check(req: &DeltaDiscoveryRequest) -> Result<(), Status> {
+        let irv = &req.initial_resource_versions;
+        check_names(
+            req.resource_names_subscribe.len() + req.resource_names_unsubscribe.len() + irv.len(),
+            req.resource_names_subscribe
+                .iter()
+                .chain(&req.resource_names_unsubscribe)
+                .chain(irv.keys())
+                .map(String::as_str),
+        )
+    }
+
+    fn apply(
+        &mut self,
+        ty: ResourceType,
+        req: &DeltaDiscoveryRequest,
+        known: Option<&TypeResources>,
+        writer: &SlotWriter,
+        conn: &str,
+    ) -> Result<Kind, Status> {
+        if !req.resource_locators_subscribe.is_empty()
+            || !req.resource_locators_unsubscribe.is_empty()
+        {
+            // DELTA-18: not implemented; say so and carry on with the names.
+            tracing::info!(conn, r#type = %ty, "ignoring resource_locators (not supported)");
+        }
+        let changes_subscription =
+            !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty();
+        let state = &mut self.types[ty.index()];
+        if changes_subscription && writer.recall(ty).is_some() {
+            // A response built for the old subscription has not started: rebuild it after this
+            // request, so nothing goes out for names the client just dropped (INV-5).
+            state.recalled();
+        }
+        let kind = state.on_request(&Request {
+            nonce: &req.response_nonce,
+            subscribe: &req.resource_names_subscribe,
+            unsubscribe: &req.resource_names_unsubscribe,
+            initial_versions: Some(&req.initial_resource_versions),
+            error: Self::error(req),
+            known,
+        });
+        if state.subscribed_names() > MAX_NAMES_PER_REQUEST {
+            // SEC-9: delta subscriptions accumulate across requests; cap the total as SotW caps
+            // one request, so no client grows the server's memory without bound.
+            return Err(refuse(
+                InvalidReason::BadNames,
+                format!(
+                    "{} names subscribed to {ty}, over the limit of {MAX_NAMES_PER_REQUEST}",
+                    state.subscribed_names()
+                ),
+            ));
+        }
+        Ok(kind)
+    }
+
+    fn subscribed(&self, ty: ResourceType) -> bool {
+        self.types[ty.index()].subscribed()
+    }
+
+    fn recalled(&mut self, ty: ResourceType, _framed: Framed) {
+        self.types[ty.index()].recalled();
+    }
+
+    fn status(&self, ty: ResourceType) -> TypeStatus {
+        self.types[ty.index()].status()
+    }
+
+    fn has_work(&self, ty: ResourceType, latest_seq: u64) -> bool {
+        self.types[ty.index()].has_work(latest_seq)
+    }
+
+    fn would_send(&self, ty: ResourceType, snap: &Snapshot, view: View) -> bool {
+        self.types[ty.index()].would_send(snap, view)
+    }
+
+    fn build(
+        &mut self,
+        ty: ResourceType,
+        snap: &Snapshot,
+        view: View,
+        hold_removals: bool,
+        _full_sets: &FullSetCache,
+    ) -> Option<DeltaBuilt> {
+        self.types[ty.index()].build(snap, view, hold_removals)
+    }
+
+    fn frame(
+        ty: ResourceType,
+        built: &mut DeltaBuilt,
+        nonce: &str,
+        view: View,
+        full_sets: &FullSetCache,
+    ) -> Result<(Framed, usize), TooLarge> {
+        let entries = match &built.whole_set {
+            Some(res) => vec![full_sets.get_delta(ty, view, res)],
+            None => built
+                .resources
+                .iter()
+                .flat_map(|r| r.delta_entry())
+                .collect(),
+        };
+        let version = built.version.to_string();
+        response::frame_delta(ty, &version, nonce, &built.removed, entries)
+    }
+
+    fn change_driven(built: &DeltaBuilt) -> bool {
+        built.change_driven
+    }
+
+    fn after_cds(&mut self, built: &DeltaBuilt, _snap: &Arc<Snapshot>, ads: bool) {
+        if ads {
+            // SOTW-32 for delta: re-warmed clusters need their assignment again.
+            let clusters = built.resources.iter().map(|r| Arc::clone(&r.name));
+            self.types[ResourceType::Endpoint.index()].owe(clusters);
+        }
+    }
+
+    fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: DeltaBuilt) {
+        self.types[ty.index()].sent(nonce, built.version, built.restore);
+    }
+
+    fn end_cycle(&mut self) {
+        self.types[ResourceType::Cluster.index()].release_deferred();
+    }
+
+    fn force_all(&mut self) {
+        for t in &mut self.types {
+            t.force_all();
+        }
+    }
+}

@@ -32,7 +32,7 @@ pub(crate) fn frame(
     version: &str,
     nonce: &str,
     entries: Vec<Bytes>,
-    names: Vec<Arc<str>>,
+    names: Arc<[Arc<str>]>,
 ) -> Result<(Framed, usize), TooLarge> {
     let fields = [(1, version), (4, ty.type_url()), (5, nonce)];
     frame_fields(ty, &fields, entries, names)
@@ -51,7 +51,7 @@ pub(crate) fn frame_delta(
     let mut fields = Vec::with_capacity(3 + removed.len());
     fields.extend([(1, system_version), (4, ty.type_url()), (5, nonce)]);
     fields.extend(removed.iter().map(|n| (6, &**n)));
-    frame_fields(ty, &fields, entries, Vec::new())
+    frame_fields(ty, &fields, entries, Arc::default())
 }
 
 /// The gRPC prefix and the string `fields` in one per-stream header chunk, then `entries`.
@@ -59,7 +59,7 @@ fn frame_fields(
     ty: ResourceType,
     fields: &[(u32, &str)],
     entries: Vec<Bytes>,
-    names: Vec<Arc<str>>,
+    names: Arc<[Arc<str>]>,
 ) -> Result<(Framed, usize), TooLarge> {
     let header_len: usize = fields.iter().map(|(_, v)| string_field_len(v)).sum();
     let len = header_len + entries.iter().map(Bytes::len).sum::<usize>();
@@ -106,7 +106,7 @@ mod tests {
             "v1",
             "n1",
             vec![r.sotw_entry().clone(), empty_cla("x").sotw_entry().clone()],
-            vec![],
+            Arc::default(),
         )
         .unwrap();
         let mut all = BytesMut::new();

@@ -21,8 +21,10 @@ use tracing::Instrument;
 use super::body::{self, ResponseBody};
 use super::cache::FullSetCache;
 use super::connections::Connections;
-use super::delta;
-use super::stream::{self, RequestDecoder};
+use super::delta::Delta;
+use super::request::{Auth, RequestDecoder};
+use super::sotw::Sotw;
+use super::stream::{self, Params};
 use crate::envoy::ResourceType;
 use crate::snapshot::SnapshotStore;
 use crate::tls::{IdentityMapping, XdsConnectInfo};
@@ -72,13 +74,13 @@ impl Shared {
             .map(|t| &t.tcp)
             .or_else(|| req.extensions().get::<TcpConnectInfo>())
             .and_then(TcpConnectInfo::remote_addr);
-        let auth = tls.map(|t| stream::Auth {
+        let auth = tls.map(|t| Auth {
             identity: Arc::clone(&t.identity),
             mapping: self.identity,
             trust_domain: self.trust_domain.clone(),
         });
         let (writer, mut body) = body::slot();
-        let params = stream::Params {
+        let params = Params {
             store: self.store.clone(),
             connections: self.connections.clone(),
             drain: self.drain.clone(),
@@ -92,11 +94,11 @@ impl Shared {
         let task = if delta {
             let requests =
                 Streaming::new_request(RequestDecoder::new(), req.into_body(), None, limit);
-            tokio::spawn(delta::run(params, requests, writer, snapshots).instrument(span))
+            tokio::spawn(stream::run::<Delta>(params, requests, writer, snapshots).instrument(span))
         } else {
             let requests =
                 Streaming::new_request(RequestDecoder::new(), req.into_body(), None, limit);
-            tokio::spawn(stream::run(params, requests, writer, snapshots).instrument(span))
+            tokio::spawn(stream::run::<Sotw>(params, requests, writer, snapshots).instrument(span))
         };
         body.own_task(task);
         grpc_response(body)

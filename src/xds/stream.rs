@@ -1,215 +1,43 @@
-//! One SotW stream: what its requests mean and what its pushes send, run by the shared loop in
-//! `driver.rs` (TRANS-15). Also the request checks both protocols share (type, names, node).
+//! One xDS stream, SotW or delta: one task, the single writer (TRANS-15), generic over the
+//! protocol's hooks ([`Protocol`]).
 //!
-//! One push walks CDS → EDS → LDS → RDS from a single pinned snapshot before moving on
-//! (SOTW-30/31). No lock is held across an await and nothing shared is locked while a response is
-//! handed over.
+//! [`Stream`] owns what both protocols share: the server's params, the node, the registration,
+//! nonces, the push cycle, convergence accounting, unknown types and the writer. It runs the
+//! request skeleton (node, type and name checks from `request.rs`, then the protocol's `apply`, then
+//! NACK/stale accounting, recall and the debug registration) and the push cycle: one push walks
+//! CDS → EDS → LDS → RDS from a single pinned snapshot (SOTW-30), one response per room in the
+//! body's slot. Make-before-break lives here, once (SOTW-31): over ADS, when the same push also
+//! changes the client's listeners or routes, the CDS response holds back its cluster removals and
+//! the protocol releases them when the push completes.
+//!
+//! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
+//! never queued behind pushes, SOTW-36); room in the body's one-response slot when something is
+//! owed; snapshot wake-ups; admin push requests. Responses are built only when the body has room,
+//! from the newest snapshot (latest wins, TRANS-1). No lock is held across an await and nothing
+//! shared is locked while a response is handed over.
 
-use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
-use prost::Message;
-use tokio::sync::watch;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
-use tonic::codec::{BufferSettings, DecodeBuf, Decoder, Streaming};
-use tonic::{Code, Status};
+use tonic::Status;
+use tonic::codec::Streaming;
 
-use super::body::{BodyGone, SlotWriter};
+use super::body::{BodyGone, Framed, SlotWriter};
 use super::cache::FullSetCache;
-use super::connections::{Connections, Registration};
-use super::driver;
-use super::metrics::{self, InvalidReason};
+use super::connections::{Connections, Registration, TypeStatus};
+use super::metrics;
 use super::node::NodeInfo;
-use super::response;
-use super::state::{Kind, TypeState};
+use super::request::{
+    Auth, Kind, UnknownTypes, authorize, check_same_node, client_fault, first_node, peer_text,
+    request_type,
+};
+use super::response::TooLarge;
 use crate::envoy::ResourceType;
-use crate::snapshot::{Snapshot, SnapshotStore};
-
-/// Longest resource name accepted. Istio-style names (`outbound|port|subset|hostname`) stay under
-/// 300 bytes; hostnames are at most 253. Anything longer is garbage (SEC-12).
-pub const MAX_NAME_BYTES: usize = 2048;
-
-/// Most resource names accepted in one request. A large mesh (20k clusters, TRANS-6) stays well
-/// under this; more is garbage and would only cost memory.
-pub const MAX_NAMES_PER_REQUEST: usize = 200_000;
-
-/// How many unknown-type requests per stream are logged; the rest are only counted (SOTW-5).
-const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
-
-/// Initial request buffer per stream. tonic's default is 8 KiB per stream; a typical request (an
-/// ACK, a few names) is a few hundred bytes, and the buffer grows on demand for larger ones, so
-/// 1 KiB keeps idle streams small (docs/floor.md's per-stream budget).
-const REQUEST_BUFFER_BYTES: usize = 1024;
-
-/// Decodes requests (`DiscoveryRequest` or `DeltaDiscoveryRequest`), reporting malformed ones as
-/// the client's fault (TRANS-10), not `INTERNAL`.
-pub(crate) struct RequestDecoder<T>(PhantomData<T>);
-
-impl<T> RequestDecoder<T> {
-    pub(crate) fn new() -> Self {
-        Self(PhantomData)
-    }
-}
-
-impl<T: Message + Default> Decoder for RequestDecoder<T> {
-    type Item = T;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<T>, Status> {
-        T::decode(src).map(Some).map_err(|e| {
-            metrics::invalid(InvalidReason::Malformed);
-            let full = std::any::type_name::<T>();
-            let name = full.rsplit("::").next().unwrap_or(full);
-            Status::invalid_argument(format!("malformed {name}: {e}"))
-        })
-    }
-
-    fn buffer_settings(&self) -> BufferSettings {
-        // The yield threshold only matters when encoding; keep tonic's 32 KiB default.
-        BufferSettings::new(REQUEST_BUFFER_BYTES, 32 * 1024)
-    }
-}
-
-/// The type a request is about, checked against the service it came on: `Ok(None)` for a type
-/// tributary does not serve on ADS, which is ignored and counted (SOTW-5); an error ends the
-/// stream.
-pub(crate) fn request_type(
-    fixed: Option<ResourceType>,
-    type_url: &str,
-) -> Result<Option<ResourceType>, Status> {
-    match (fixed, type_url) {
-        (Some(t), "") => Ok(Some(t)),
-        (Some(t), url) if url == t.type_url() => Ok(Some(t)),
-        (Some(t), url) => Err(refuse(
-            InvalidReason::TypeMismatch,
-            format!(
-                "this service serves {} only, got type_url {url:.256}",
-                t.type_url()
-            ),
-        )),
-        (None, "") => Err(refuse(
-            InvalidReason::MissingTypeUrl,
-            "type_url is required for ADS".to_owned(),
-        )),
-        (None, url) => match ResourceType::from_type_url(url) {
-            Some(t) => Ok(Some(t)),
-            None => {
-                metrics::invalid(InvalidReason::UnknownType);
-                Ok(None)
-            }
-        },
-    }
-}
-
-/// Checks a request's resource names against [`MAX_NAMES_PER_REQUEST`] and [`MAX_NAME_BYTES`]
-/// (SEC-12): `count` names in all, `names` to look at.
-pub(crate) fn check_names<'a>(
-    count: usize,
-    mut names: impl Iterator<Item = &'a str>,
-) -> Result<(), Status> {
-    if count > MAX_NAMES_PER_REQUEST {
-        return Err(refuse(
-            InvalidReason::BadNames,
-            format!(
-                "{count} resource names in one request, over the limit of {MAX_NAMES_PER_REQUEST}"
-            ),
-        ));
-    }
-    if let Some(long) = names.find(|n| n.len() > MAX_NAME_BYTES) {
-        return Err(refuse(
-            InvalidReason::BadNames,
-            format!(
-                "resource name of {} bytes is over the {MAX_NAME_BYTES}-byte limit (starts {:.64?})",
-                long.len(),
-                long
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// Requests for types tributary does not serve on one stream: ignored and counted (SOTW-5), the
-/// first few logged.
-#[derive(Default)]
-pub(crate) struct UnknownTypes(u32);
-
-impl UnknownTypes {
-    pub(crate) fn log(&mut self, conn: &str, url: &str) {
-        self.0 = self.0.saturating_add(1);
-        if self.0 <= UNKNOWN_TYPE_LOG_LIMIT {
-            tracing::info!(conn, type_url = %format!("{url:.256}"), "ignoring request for unknown type");
-        }
-    }
-}
-
-/// Counts an invalid request and makes the status that ends its stream.
-pub(crate) fn refuse(reason: InvalidReason, message: String) -> Status {
-    metrics::invalid(reason);
-    Status::invalid_argument(message)
-}
-
-/// Checks the first request's node and returns it, or the status that ends the stream.
-pub(crate) fn first_node(
-    node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
-    peer: Option<SocketAddr>,
-) -> Result<NodeInfo, Status> {
-    NodeInfo::from_first(node).map_err(|e| {
-        metrics::invalid(match e {
-            super::node::NodeError::Missing | super::node::NodeError::EmptyId => {
-                InvalidReason::MissingNode
-            }
-            _ => InvalidReason::BadMetadata,
-        });
-        tracing::info!(error = %e, peer = %super::driver::peer_text(peer), "refusing xDS stream");
-        Status::invalid_argument(e.to_string())
-    })
-}
-
-/// Refuses a request whose node differs from the stream's (SOTW-3: never re-scope a stream).
-pub(crate) fn check_same_node(
-    stream_node: &NodeInfo,
-    node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
-) -> Result<(), Status> {
-    match node {
-        Some(node) if !stream_node.same_as(node) => Err(refuse(
-            InvalidReason::NodeChanged,
-            format!(
-                "node changed mid-stream (was {:?}, now {:.256?}); open a new stream",
-                &*stream_node.id, node.id
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// A TLS stream's authenticated identity and the rule binding it to the claimed node (SEC-2).
-pub(crate) struct Auth {
-    pub identity: Arc<crate::tls::PeerIdentity>,
-    pub mapping: crate::tls::IdentityMapping,
-    pub trust_domain: Option<Arc<str>>,
-}
-
-/// Refuses a node its connection's certificate does not vouch for: `PERMISSION_DENIED` before
-/// any config is generated (SEC-2). The identity is the connection's, fixed at the handshake, and
-/// later requests cannot change the node (SOTW-3), so it holds for the stream's life (SEC-3).
-pub(crate) fn authorize(
-    auth: Option<&Auth>,
-    node: Option<&envoy_types::pb::envoy::config::core::v3::Node>,
-    peer: Option<SocketAddr>,
-) -> Result<(), Status> {
-    let (Some(auth), Some(node)) = (auth, node) else {
-        return Ok(());
-    };
-    auth.identity
-        .authorize(auth.mapping, auth.trust_domain.as_deref(), node)
-        .map_err(|e| {
-            tracing::warn!(error = %e, peer = %super::driver::peer_text(peer), "refusing xDS stream: identity mismatch");
-            Status::permission_denied(e.to_string())
-        })
-}
+use crate::snapshot::{Snapshot, SnapshotStore, TypeResources, View};
 
 /// Everything a stream needs from the server.
 pub(crate) struct Params {
@@ -225,174 +53,280 @@ pub(crate) struct Params {
     pub full_sets: Arc<FullSetCache>,
 }
 
-/// Runs one stream to its end. Aborted (and cleaned up by drop guards) if the body goes away.
-pub(crate) async fn run(
-    params: Params,
-    requests: Streaming<DiscoveryRequest>,
-    writer: SlotWriter,
-    snapshots: watch::Receiver<u64>,
-) {
-    driver::run(
-        params,
-        requests,
-        writer,
-        snapshots,
-        false,
-        |params, node, registration, writer| Stream {
-            params,
-            node,
-            nonce_prefix: format!("{:x}", registration.serial()),
-            registration,
-            types: ResourceType::PUSH_ORDER.map(TypeState::new),
-            writer,
-            cycle: None,
-            cds_base: None,
-            cds_cleanup: false,
-            unconverged: None,
-            nonces: 0,
-            unknown: UnknownTypes::default(),
-        },
-    )
-    .await;
+/// One protocol's hooks: its per-type state and what its requests and responses look like.
+pub(crate) trait Protocol: Default {
+    /// The request message (`DiscoveryRequest` or `DeltaDiscoveryRequest`).
+    type Request;
+    /// A response's content, built from a snapshot, before framing.
+    type Built;
+    /// Whether this is the incremental protocol (registry and logs).
+    const DELTA: bool;
+    /// Marks this protocol's nonces after the stream's serial (debug readability).
+    const NONCE_MARK: &'static str;
+
+    /// The request's node, if it carries one.
+    fn node(req: &Self::Request) -> Option<&Node>;
+    /// The request's `type_url`.
+    fn type_url(req: &Self::Request) -> &str;
+    /// The request's `error_detail.message`, if it is a NACK.
+    fn error(req: &Self::Request) -> Option<&str>;
+    /// The protocol's own checks of a request before it is applied (names, SEC-12).
+    fn check(req: &Self::Request) -> Result<(), Status>;
+
+    /// Applies a request about `ty`; `known` is the newest snapshot's resources of the type (new
+    /// subscriptions share their name `Arc`s). May recall the staged response from `writer` when
+    /// the request makes it wrong. An error ends the stream.
+    fn apply(
+        &mut self,
+        ty: ResourceType,
+        req: &Self::Request,
+        known: Option<&TypeResources>,
+        writer: &SlotWriter,
+        conn: &str,
+    ) -> Result<Kind, Status>;
+    /// Whether a response may be sent for `ty` (INV-5).
+    fn subscribed(&self, ty: ResourceType) -> bool;
+    /// The staged response `framed` of `ty` was taken back before the body started it.
+    fn recalled(&mut self, ty: ResourceType, framed: Framed);
+    /// The debug view of `ty`.
+    fn status(&self, ty: ResourceType) -> TypeStatus;
+
+    /// Whether a response of `ty` may be owed, given the newest snapshot `latest_seq`.
+    fn has_work(&self, ty: ResourceType, latest_seq: u64) -> bool;
+    /// Whether a response of `ty` built from `snap` would carry something (costs the change).
+    fn would_send(&self, ty: ResourceType, snap: &Snapshot, view: View) -> bool;
+    /// Builds the next response of `ty` from `snap`, consuming what was owed; `None` when there is
+    /// nothing to send. `hold_removals` (CDS over ADS only): removed clusters must not go away in
+    /// this response (make-before-break, SOTW-31); the protocol releases them in
+    /// [`Self::end_cycle`].
+    fn build(
+        &mut self,
+        ty: ResourceType,
+        snap: &Snapshot,
+        view: View,
+        hold_removals: bool,
+        full_sets: &FullSetCache,
+    ) -> Option<Self::Built>;
+    /// Frames `built` with `nonce`; returns the framed response and its message size.
+    fn frame(
+        ty: ResourceType,
+        built: &mut Self::Built,
+        nonce: &str,
+        view: View,
+        full_sets: &FullSetCache,
+    ) -> Result<(Framed, usize), TooLarge>;
+    /// Whether snapshot changes (not only the client's requests) caused `built`.
+    fn change_driven(built: &Self::Built) -> bool;
+    /// What follows a CDS response `built` from `snap` went out: the EDS it re-warms (SOTW-32).
+    fn after_cds(&mut self, built: &Self::Built, snap: &Arc<Snapshot>, ads: bool);
+    /// Records that `built` of `ty` was handed to the body with `nonce`.
+    fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: Self::Built);
+    /// The push is complete: what [`Self::build`] held back is owed now (SOTW-31).
+    fn end_cycle(&mut self);
+    /// Owes everything subscribed again (`/debug/adsz?push=true`).
+    fn force_all(&mut self);
 }
 
-/// The tonic status for a request-stream error: limits are RESOURCE_EXHAUSTED and decoding faults
-/// INVALID_ARGUMENT (TRANS-10); transport errors pass through.
-pub(crate) fn client_fault(status: Status) -> Status {
-    match status.code() {
-        Code::OutOfRange => {
-            metrics::invalid(InvalidReason::Malformed);
-            Status::resource_exhausted(status.message().to_owned())
-        }
-        Code::Internal => Status::invalid_argument(status.message().to_owned()),
-        _ => status,
-    }
-}
-
-struct Stream {
+/// One stream of protocol `P`.
+pub(crate) struct Stream<P: Protocol> {
     params: Params,
     node: NodeInfo,
     registration: Registration,
     nonce_prefix: String,
-    types: [TypeState; 4],
     writer: SlotWriter,
+    proto: P,
     /// The snapshot the current push walks through (SOTW-31); `None` between pushes.
     cycle: Option<Arc<Snapshot>>,
-    /// ADS only: the snapshot the last CDS response came from, to keep removed clusters until the
-    /// routes moved off them (SOTW-31). Shared with every other holder; costs only what changed
-    /// since.
-    cds_base: Option<Arc<Snapshot>>,
-    /// A CDS response kept removed clusters: owe a clean one when the push completes.
-    cds_cleanup: bool,
     /// Trigger time of a snapshot whose push started but whose convergence is not recorded yet.
     unconverged: Option<Instant>,
     nonces: u64,
     unknown: UnknownTypes,
 }
 
-impl driver::Protocol for Stream {
-    type Request = DiscoveryRequest;
+/// Runs one stream to its end: waits for the first request, checks its node, registers the
+/// connection and serves it. Aborted (and cleaned up by drop guards) if the body goes away.
+pub(crate) async fn run<P: Protocol>(
+    params: Params,
+    mut requests: Streaming<P::Request>,
+    writer: SlotWriter,
+    snapshots: watch::Receiver<u64>,
+) {
+    let first = match first_request(&params.drain, &mut requests, &writer).await {
+        None => return,
+        Some(Err(status)) => return writer.finish(status),
+        Some(Ok(req)) => req,
+    };
+    let node = match first_node(P::node(&first), params.peer) {
+        Ok(node) => node,
+        Err(status) => return writer.finish(status),
+    };
+    if let Err(status) = authorize(params.auth.as_ref(), P::node(&first), params.peer) {
+        return writer.finish(status);
+    }
+    let delta = P::DELTA;
+    let registration = params.connections.register(&node, params.peer, delta);
+    let conn = Arc::clone(registration.id());
+    let force_push = registration.force_push();
+    let drain = params.drain.clone();
+    let node_id = Arc::clone(&node.id);
+    let peer = peer_text(params.peer);
+    tracing::info!(%conn, node = %node_id, %peer, delta, "xDS stream connected");
+    let mut stream = Stream {
+        params,
+        node,
+        nonce_prefix: format!("{:x}{}", registration.serial(), P::NONCE_MARK),
+        registration,
+        writer,
+        proto: P::default(),
+        cycle: None,
+        unconverged: None,
+        nonces: 0,
+        unknown: UnknownTypes::default(),
+    };
+    let status = stream
+        .serve(first, requests, snapshots, drain, &force_push)
+        .await;
+    match status {
+        Some(status) => {
+            tracing::info!(%conn, node = %node_id, %peer, code = %status.code(), "xDS stream ended");
+            stream.writer.finish(status);
+        }
+        None => tracing::info!(%conn, node = %node_id, %peer, "xDS stream closed by the client"),
+    }
+}
 
-    fn writer(&self) -> &SlotWriter {
-        &self.writer
+/// Waits for the first request. `None`: the body went away; `Err`: end the stream with it.
+async fn first_request<R>(
+    drain: &CancellationToken,
+    requests: &mut Streaming<R>,
+    writer: &SlotWriter,
+) -> Option<Result<R, Status>> {
+    tokio::select! {
+        biased;
+        () = drain.cancelled() => Some(Err(Status::unavailable("server is shutting down"))),
+        msg = requests.message() => Some(match msg {
+            Ok(Some(req)) => Ok(req),
+            Ok(None) => Err(Status::ok("")),
+            Err(status) => Err(client_fault(status)),
+        }),
+        () = writer.gone() => None,
+    }
+}
+
+impl<P: Protocol> Stream<P> {
+    /// Serves until the stream ends; returns the status to end it with (`None`: the body is gone).
+    async fn serve(
+        &mut self,
+        first: P::Request,
+        mut requests: Streaming<P::Request>,
+        mut snapshots: watch::Receiver<u64>,
+        drain: CancellationToken,
+        force_push: &Notify,
+    ) -> Option<Status> {
+        let mut latest_seq = *snapshots.borrow_and_update();
+        if let Err(status) = self.on_request(first) {
+            return Some(status);
+        }
+        loop {
+            let want = self.has_work(latest_seq);
+            tokio::select! {
+                biased;
+                () = drain.cancelled() => return Some(Status::unavailable("server is shutting down")),
+                msg = requests.message() => match msg {
+                    Ok(Some(req)) => if let Err(status) = self.on_request(req) {
+                        return Some(status);
+                    },
+                    Ok(None) => return Some(Status::ok("")),
+                    Err(status) => return Some(client_fault(status)),
+                },
+                room = self.writer.room(), if want => {
+                    if room.is_err() || self.push_one(&mut latest_seq).is_err() {
+                        return None;
+                    }
+                }
+                changed = snapshots.changed() => match changed {
+                    Ok(()) => latest_seq = *snapshots.borrow_and_update(),
+                    Err(_) => return Some(Status::unavailable("server is shutting down")),
+                },
+                () = force_push.notified() => self.proto.force_all(),
+                () = self.writer.gone() => return None,
+            }
+        }
     }
 
-    fn on_request(&mut self, req: DiscoveryRequest) -> Result<(), Status> {
-        check_same_node(&self.node, req.node.as_ref())?;
-        let Some(ty) = request_type(self.params.fixed, &req.type_url)? else {
-            self.unknown.log(self.registration.id(), &req.type_url);
+    /// Checks and applies one request; an error ends the stream with that status.
+    fn on_request(&mut self, req: P::Request) -> Result<(), Status> {
+        check_same_node(&self.node, P::node(&req))?;
+        let Some(ty) = request_type(self.params.fixed, P::type_url(&req))? else {
+            self.unknown.log(self.registration.id(), P::type_url(&req));
             return Ok(());
         };
-        check_names(
-            req.resource_names.len(),
-            req.resource_names.iter().map(String::as_str),
-        )?;
-        let error = req.error_detail.as_ref().map(|e| e.message.as_str());
+        P::check(&req)?;
         let known = self.params.store.load();
-        let state = &mut self.types[ty.index()];
-        if state.acks_before_staged(&req.response_nonce)
-            && let Some(framed) = self.writer.recall(ty)
-        {
-            // The request is stale only because of a response still waiting in our slot: take that
-            // back (it is rebuilt after this request) so subscription changes are not lost (BUG-8)
-            // and nothing goes out for names or types the client just dropped (SOTW-35).
-            state.recalled(framed.names);
-        }
-        let kind = state.on_request_known(
-            &req.response_nonce,
-            &req.version_info,
-            &req.resource_names,
-            error,
+        let kind = self.proto.apply(
+            ty,
+            &req,
             known.as_deref().map(|s| s.resources(ty)),
-        );
+            &self.writer,
+            self.registration.id(),
+        )?;
         match kind {
             Kind::Stale => metrics::expired_nonce(ty),
             Kind::Nack => {
                 metrics::rejected(ty);
-                tracing::info!(conn = %self.registration.id(), r#type = %ty, error = error.unwrap_or_default(), "NACK");
+                let error = P::error(&req).unwrap_or_default();
+                tracing::info!(conn = %self.registration.id(), r#type = %ty, error, "NACK");
             }
             Kind::Initial | Kind::Ack | Kind::Update => {}
         }
-        if !state.subscribed()
+        if !self.proto.subscribed(ty)
             && let Some(framed) = self.writer.recall(ty)
         {
-            // SOTW-35: the staged response is for a type the client no longer wants.
-            state.recalled(framed.names);
+            // INV-5, SOTW-35: the staged response is for a type the client no longer wants.
+            self.proto.recalled(ty, framed);
         }
-        self.registration.update(ty, state.status());
+        self.registration.update(ty, self.proto.status(ty));
         Ok(())
     }
 
     fn has_work(&self, latest_seq: u64) -> bool {
-        self.types.iter().any(|t| t.has_work(latest_seq))
+        ResourceType::PUSH_ORDER
+            .iter()
+            .any(|t| self.proto.has_work(*t, latest_seq))
     }
 
     /// Stages the next owed response, walking the pinned snapshot in push order.
     fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
+        let ads = self.params.fixed.is_none();
         loop {
-            let Some(snap) = driver::pin_cycle(&mut self.cycle, &self.params.store) else {
+            if self.cycle.is_none() {
+                self.cycle = self.params.store.load();
+            }
+            let Some(snap) = self.cycle.clone() else {
                 return Ok(());
             };
             *latest_seq = (*latest_seq).max(snap.seq);
+            let view = self.node.view();
             for ty in ResourceType::PUSH_ORDER {
-                if !self.types[ty.index()].has_work(snap.seq) {
+                if !self.proto.has_work(ty, snap.seq) {
                     continue;
                 }
-                // SOTW-31: when this push also changes the client's listeners or routes, clusters it
-                // removes stay until those went out, then a follow-up CDS drops them.
-                let retain_from = match (ty, &self.cds_base) {
-                    (ResourceType::Cluster, Some(base))
-                        if [ResourceType::Listener, ResourceType::Route]
-                            .iter()
-                            .any(|t| self.types[t.index()].would_send(&snap)) =>
-                    {
-                        Some(Arc::clone(base))
-                    }
-                    _ => None,
-                };
-                let started = std::time::Instant::now();
-                let Some(built) = self.types[ty.index()].build(
-                    &snap,
-                    self.node.view(),
-                    retain_from.as_deref(),
-                    &self.params.full_sets,
-                ) else {
+                // SOTW-31: when this push also changes the client's listeners or routes, clusters
+                // it removes stay until those went out; `end_cycle` then removes them.
+                let hold_removals = ty == ResourceType::Cluster
+                    && ads
+                    && [ResourceType::Listener, ResourceType::Route]
+                        .iter()
+                        .any(|t| self.proto.would_send(*t, &snap, view));
+                let started = Instant::now();
+                let full_sets = &self.params.full_sets;
+                let Some(mut built) = self.proto.build(ty, &snap, view, hold_removals, full_sets)
+                else {
                     continue;
                 };
                 let nonce = self.next_nonce();
-                let version = built.version.to_string();
-                let names = if ty.full_state_in_sotw() {
-                    Vec::new()
-                } else {
-                    built.names.clone()
-                };
-                let (framed, len) = match response::frame(
-                    ty,
-                    &version,
-                    &nonce,
-                    built.entries,
-                    names,
-                ) {
+                let full_sets = &self.params.full_sets;
+                let (framed, len) = match P::frame(ty, &mut built, &nonce, view, full_sets) {
                     Ok(f) => f,
                     Err(e) => {
                         tracing::error!(conn = %self.registration.id(), error = %e, "cannot send response");
@@ -404,24 +338,20 @@ impl driver::Protocol for Stream {
                     metrics::send_error(ty);
                     return Err(BodyGone);
                 }
-                let state = &mut self.types[ty.index()];
-                state.sent(nonce, built.version, &built.names);
+                let change_driven = P::change_driven(&built);
+                if ty == ResourceType::Cluster {
+                    self.proto.after_cds(&built, &snap, ads);
+                }
+                self.proto.sent(ty, nonce, built);
                 metrics::pushed(ty, len);
                 metrics::push_time(ty, started.elapsed());
-                self.registration.update(ty, state.status());
-                if ty == ResourceType::Cluster {
-                    self.types[ResourceType::Endpoint.index()].note_warming(&built.warming);
-                    self.cds_cleanup |= built.retained > 0;
-                    if self.params.fixed.is_none() {
-                        self.cds_base = Some(Arc::clone(&snap));
-                    }
-                }
-                if built.change_driven {
+                self.registration.update(ty, self.proto.status(ty));
+                if change_driven {
                     self.unconverged.get_or_insert(snap.triggered_at);
                 }
                 let more = ResourceType::PUSH_ORDER[ty.index() + 1..]
                     .iter()
-                    .any(|t| self.types[t.index()].has_work(snap.seq));
+                    .any(|t| self.proto.has_work(*t, snap.seq));
                 if !more {
                     self.end_cycle();
                 }
@@ -430,32 +360,25 @@ impl driver::Protocol for Stream {
             self.end_cycle();
             match self.params.store.load() {
                 Some(newer) if newer.seq > snap.seq => continue,
+                // What the cycle held back is owed now, from the same snapshot.
+                _ if self.has_work(snap.seq) => continue,
                 _ => return Ok(()),
             }
         }
     }
 
-    fn force_all(&mut self) {
-        for t in &mut self.types {
-            t.force_all();
-        }
-    }
-}
-
-impl Stream {
-    /// The push is complete: the next one starts from the newest snapshot.
+    /// The push is complete: held-back removals are owed, and the next push starts from the newest
+    /// snapshot.
     fn end_cycle(&mut self) {
         self.cycle = None;
         if let Some(t) = self.unconverged.take() {
             metrics::converged(t.elapsed());
         }
-        if std::mem::take(&mut self.cds_cleanup) {
-            self.types[ResourceType::Cluster.index()].owe_full_response();
-        }
+        self.proto.end_cycle();
     }
 
     fn next_nonce(&mut self) -> Arc<str> {
         self.nonces += 1;
-        Arc::from(format!("{}-{:x}", self.nonce_prefix, self.nonces))
+        Arc::from(format!("{}{:x}", self.nonce_prefix, self.nonces))
     }
 }

@@ -1,9 +1,12 @@
 //! The Consul registry's configuration: where Consul is, how to authenticate, how hard to watch it,
 //! and how its catalog maps onto the model.
 //!
-//! Nothing here reads the environment: `CONSUL_HTTP_ADDR` / `CONSUL_HTTP_TOKEN` are applied by
-//! tributary's config layer ("at the edge") into [`ConsulConfig::address`] / [`ConsulConfig::token`]
-//! when the file leaves them unset.
+//! Nothing here reads the environment: `env` applies `CONSUL_HTTP_ADDR`, `CONSUL_HTTP_TOKEN`, ...
+//! ([`ConsulConfig::apply_env`]) from a lookup the caller passes in (`main` reads the process
+//! environment at the edge) into [`ConsulConfig::address`] / [`ConsulConfig::token`] when the file
+//! leaves them unset.
+
+mod env;
 
 use std::path::PathBuf;
 use std::time::Duration;

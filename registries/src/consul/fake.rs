@@ -26,10 +26,11 @@ mod state;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -137,15 +138,15 @@ struct Inner {
 
 impl Inner {
     fn catalog(&self) -> MutexGuard<'_, Catalog> {
-        self.catalog.lock().unwrap_or_else(|p| p.into_inner())
+        self.catalog.lock()
     }
 
     fn control(&self) -> MutexGuard<'_, Control> {
-        self.control.lock().unwrap_or_else(|p| p.into_inner())
+        self.control.lock()
     }
 
     fn checkers(&self) -> MutexGuard<'_, checks::Checkers> {
-        self.checkers.lock().unwrap_or_else(|p| p.into_inner())
+        self.checkers.lock()
     }
 
     fn changed(&self) {
@@ -310,11 +311,7 @@ impl FakeConsul {
 
     /// The requests received so far (the first 100,000).
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.inner
-            .log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.inner.log.lock().clone()
     }
 
     /// How many requests of each kind were received.
@@ -341,11 +338,7 @@ impl FakeConsul {
 
     /// Forgets the request log (counters keep counting).
     pub fn clear_requests(&self) {
-        self.inner
-            .log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.inner.log.lock().clear();
     }
 }
 

@@ -12,7 +12,7 @@ mod rate_limit;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -20,6 +20,7 @@ use http::{Request, Response};
 use kube::Client;
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tower::{Layer, Service};
 
@@ -148,12 +149,7 @@ pub(crate) struct ApiSuccesses {
 impl ApiSuccesses {
     /// Successful responses so far for `resource` (a plural such as `pods`).
     pub(crate) fn count(&self, resource: &str) -> u64 {
-        self.counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(resource)
-            .copied()
-            .unwrap_or(0)
+        self.counts.lock().get(resource).copied().unwrap_or(0)
     }
 
     /// Resolves at the next successful response after it was created.
@@ -163,12 +159,7 @@ impl ApiSuccesses {
 
     fn record(&self, path: &str) {
         let resource = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(resource.to_string())
-            .or_default() += 1;
+        *self.counts.lock().entry(resource.to_string()).or_default() += 1;
         // One waiter (the cluster task); a permit is kept if it is busy, so no wake-up is lost.
         self.notify.notify_one();
     }

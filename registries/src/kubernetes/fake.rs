@@ -31,9 +31,11 @@ mod store;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use ::kube::Resource;
 use ::kube::core::NamespaceResourceScope;
@@ -149,11 +151,6 @@ pub(crate) struct Shared {
     pub(crate) open_watches: AtomicUsize,
 }
 
-/// Locks a mutex, ignoring poisoning: the fake's state stays usable after a panicking test task.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// One period of listening; dropping `down` (or sending `true`) ends it.
 #[derive(Debug)]
 struct Listening {
@@ -197,7 +194,7 @@ impl FakeApiServer {
     fn listen(mut self, addr: SocketAddr) -> io::Result<Self> {
         let listening = self.bind(addr)?;
         self.addr = listening.0;
-        *lock(&self.listening) = Some(listening.1);
+        *self.listening.lock() = Some(listening.1);
         Ok(self)
     }
 
@@ -240,7 +237,7 @@ impl FakeApiServer {
 
     /// Serves another kind (a CRD, say); idempotent.
     pub fn register(&self, rt: ResourceType) {
-        lock(&self.shared.store).register(rt);
+        self.shared.store.lock().register(rt);
     }
 
     /// Creates or updates a typed object.
@@ -254,7 +251,7 @@ impl FakeApiServer {
 
     /// Creates or updates an object of any registered kind.
     pub fn apply_json(&self, rt: &ResourceType, obj: Value) -> Result<(), FakeError> {
-        let mut store = lock(&self.shared.store);
+        let mut store = self.shared.store.lock();
         if !store.collections.contains_key(rt) {
             return Err(FakeError::NotRegistered(rt.path_key()));
         }
@@ -272,7 +269,7 @@ impl FakeApiServer {
 
     /// Deletes an object of any registered kind; `false` if it did not exist.
     pub fn delete_json(&self, rt: &ResourceType, ns: &str, name: &str) -> bool {
-        lock(&self.shared.store).delete(rt, ns, name)
+        self.shared.store.lock().delete(rt, ns, name)
     }
 
     /// Sends a MODIFIED event for an unchanged object at a new resourceVersion.
@@ -281,7 +278,9 @@ impl FakeApiServer {
         K: Resource<DynamicType = ()>,
         K::Scope: 'static,
     {
-        lock(&self.shared.store)
+        self.shared
+            .store
+            .lock()
             .touch(&ResourceType::of::<K>(), ns, name)
             .map_err(FakeError::Invalid)
     }
@@ -298,7 +297,7 @@ impl FakeApiServer {
 
     /// [`Self::expire`] for any registered kind.
     pub fn expire_type(&self, rt: &ResourceType) {
-        let mut store = lock(&self.shared.store);
+        let mut store = self.shared.store.lock();
         store.compact(rt);
         let rv = store.rv;
         let _ = store.notices.send(Arc::new(Notice::Expire {
@@ -314,7 +313,7 @@ impl FakeApiServer {
         K: Resource<DynamicType = ()>,
         K::Scope: 'static,
     {
-        let store = lock(&self.shared.store);
+        let store = self.shared.store.lock();
         let _ = store.notices.send(Arc::new(Notice::End {
             resource: ResourceType::of::<K>(),
         }));
@@ -327,7 +326,7 @@ impl FakeApiServer {
         K: Resource<DynamicType = ()>,
         K::Scope: 'static,
     {
-        lock(&self.shared.store).compact(&ResourceType::of::<K>());
+        self.shared.store.lock().compact(&ResourceType::of::<K>());
     }
 
     /// Sends a BOOKMARK at the current resourceVersion to open watches of a kind that allow them.
@@ -336,7 +335,7 @@ impl FakeApiServer {
         K: Resource<DynamicType = ()>,
         K::Scope: 'static,
     {
-        let store = lock(&self.shared.store);
+        let store = self.shared.store.lock();
         let _ = store.notices.send(Arc::new(Notice::Bookmark {
             resource: ResourceType::of::<K>(),
             rv: store.rv,
@@ -346,22 +345,22 @@ impl FakeApiServer {
     /// Answer watches from compacted versions with HTTP 410 rather than an ERROR event. Real API
     /// servers send the event; this tests a client's guard against the other form.
     pub fn set_gone_as_http_status(&self, on: bool) {
-        lock(&self.shared.settings).gone_as_http_status = on;
+        self.shared.settings.lock().gone_as_http_status = on;
     }
 
     /// Ends every watch after `cap` (a server-side watch timeout), or never when `None`.
     pub fn set_watch_timeout(&self, cap: Option<Duration>) {
-        lock(&self.shared.settings).watch_timeout_cap = cap;
+        self.shared.settings.lock().watch_timeout_cap = cap;
     }
 
     /// Serves at most `n` items per list page.
     pub fn set_max_page_size(&self, n: Option<usize>) {
-        lock(&self.shared.settings).max_page_size = n;
+        self.shared.settings.lock().max_page_size = n;
     }
 
     /// Delays every list page by `delay`.
     pub fn set_list_delay(&self, delay: Duration) {
-        lock(&self.shared.settings).list_delay = delay;
+        self.shared.settings.lock().list_delay = delay;
     }
 
     /// List and watch requests received for a kind.
@@ -375,7 +374,9 @@ impl FakeApiServer {
 
     /// List and watch requests received for any kind.
     pub fn counts_of(&self, rt: &ResourceType) -> RequestCounts {
-        lock(&self.shared.counts)
+        self.shared
+            .counts
+            .lock()
             .get(rt)
             .copied()
             .unwrap_or_default()
@@ -389,7 +390,7 @@ impl FakeApiServer {
     /// Stops listening and cuts every open connection (watches end, new requests are refused).
     /// Objects can still be changed meanwhile.
     pub async fn stop(&self) {
-        let listening = lock(&self.listening).take();
+        let listening = self.listening.lock().take();
         if let Some(l) = listening {
             let _ = l.down.send(true);
             let _ = l.task.await;
@@ -398,18 +399,18 @@ impl FakeApiServer {
 
     /// Listens again on the same address after [`Self::stop`].
     pub async fn restart(&self) -> io::Result<()> {
-        if lock(&self.listening).is_some() {
+        if self.listening.lock().is_some() {
             return Ok(());
         }
         let (_, listening) = self.bind(self.addr)?;
-        *lock(&self.listening) = Some(listening);
+        *self.listening.lock() = Some(listening);
         Ok(())
     }
 }
 
 impl Drop for FakeApiServer {
     fn drop(&mut self) {
-        if let Some(l) = lock(&self.listening).take() {
+        if let Some(l) = self.listening.lock().take() {
             let _ = l.down.send(true);
             l.task.abort();
         }

@@ -16,31 +16,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use imbl::ordmap::DiffItem;
 
 use super::super::connections::TypeStatus;
-use super::super::state::{MAX_ERROR_BYTES, bounded};
+use super::super::record::{MAX_ERROR_BYTES, Sent, bounded};
+use super::super::request::Kind;
 use super::super::subscription::{Subscription, WILDCARD};
 use crate::envoy::{EncodedResource, ResourceType};
 use crate::snapshot::{Entry, Snapshot, TypeResources, TypeVersion, View};
-
-/// How a request was classified (DELTA-2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// First request for the type on this stream.
-    Initial,
-    /// Acknowledges the last response (it may also change the subscription).
-    Ack,
-    /// Carries `error_detail` (DELTA-14).
-    Nack,
-    /// Empty nonce after the first request: a spontaneous subscription change.
-    Update,
-    /// Carries the nonce of an older response. Its subscription changes are still applied (DELTA-3,
-    /// G-2); only the ACK is meaningless.
-    Stale,
-}
 
 /// One delta request, as far as this state is concerned.
 #[derive(Debug, Default)]
@@ -87,13 +71,6 @@ impl Owed {
     }
 }
 
-#[derive(Debug, Clone)]
-struct Sent {
-    nonce: Arc<str>,
-    version: TypeVersion,
-    at: SystemTime,
-}
-
 /// What to restore if the staged response is recalled before the client got it.
 #[derive(Debug)]
 pub(crate) struct Restore {
@@ -104,7 +81,7 @@ pub(crate) struct Restore {
 
 /// A response's content, ready to frame.
 #[derive(Debug)]
-pub(crate) struct Built {
+pub(crate) struct DeltaBuilt {
     /// The type version of the snapshot it came from, for `system_version_info` (debug only).
     pub version: TypeVersion,
     /// Resources to send, in name order.
@@ -245,6 +222,30 @@ impl DeltaState {
         kind
     }
 
+    /// Whether a response built from `snap` would carry something for this client: something owed,
+    /// or a change to a covered name since the map the last response came from. Costs the size of
+    /// the change (the maps share structure), not of the mesh.
+    pub(crate) fn would_send(&self, snap: &Snapshot, view: View) -> bool {
+        if !self.subscribed() {
+            return false;
+        }
+        if !self.owed.is_empty() {
+            return true;
+        }
+        if self.synced_seq >= snap.seq {
+            return false;
+        }
+        let Some(held) = &self.view else {
+            return true;
+        };
+        let res = snap.resources_for(self.ty, view);
+        held.entries.diff(&res.entries).any(|item| match item {
+            DiffItem::Add(name, _)
+            | DiffItem::Update { new: (name, _), .. }
+            | DiffItem::Remove(name, _) => self.sub.covers(name),
+        })
+    }
+
     /// Owes `names` again if they are subscribed (admin push, CDS warming).
     pub(crate) fn owe(&mut self, names: impl IntoIterator<Item = Arc<str>>) {
         if !self.subscribed() {
@@ -281,7 +282,7 @@ impl DeltaState {
         snap: &Snapshot,
         view: View,
         defer_removals: bool,
-    ) -> Option<Built> {
+    ) -> Option<DeltaBuilt> {
         self.synced_seq = self.synced_seq.max(snap.seq);
         if !self.subscribed() {
             return None;
@@ -320,7 +321,7 @@ impl DeltaState {
         }
         // `send` holds entries of `res` only, so the same count means the same set.
         let whole = removed.is_empty() && !send.is_empty() && send.len() == res.len();
-        Some(Built {
+        Some(DeltaBuilt {
             version: res.version,
             whole_set: whole.then(|| Arc::clone(&res)),
             resources: send.into_values().collect(),
@@ -403,11 +404,7 @@ impl DeltaState {
         // removals (bounded by the request size limit).
         restore.sent = self.sent.take();
         self.staged = Some(restore);
-        self.sent = Some(Sent {
-            nonce,
-            version,
-            at: SystemTime::now(),
-        });
+        self.sent = Some(Sent::now(nonce, version));
     }
 
     /// The staged response was taken back before the body started it: it never reached the

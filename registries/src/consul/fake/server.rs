@@ -109,7 +109,7 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Reply {
     };
     inner.counts[kind].fetch_add(1, Ordering::Relaxed);
     {
-        let mut log = inner.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = inner.log.lock();
         if log.len() < LOG_CAPACITY {
             log.push(RecordedRequest {
                 method: method.to_string(),

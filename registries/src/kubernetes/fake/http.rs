@@ -19,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::selector::Selector;
 use super::store::{EventType, Logged, Notice};
-use super::{ResourceType, Shared, lock};
+use super::{ResourceType, Shared};
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -140,7 +140,9 @@ fn route(shared: &Shared, path: &str) -> Option<Target> {
         [plural, name] => (None, *plural, Some(*name)),
         _ => return None,
     };
-    let rt = lock(&shared.store)
+    let rt = shared
+        .store
+        .lock()
         .types
         .get(&format!("{group}/{version}/{plural}"))?
         .clone();
@@ -192,7 +194,9 @@ async fn handle(
     if watching {
         watch(&shared, target.rt, filter, &q, down)
     } else {
-        lock(&shared.counts)
+        shared
+            .counts
+            .lock()
             .entry(target.rt.clone())
             .or_default()
             .lists += 1;
@@ -205,7 +209,7 @@ fn get(shared: &Shared, target: &Target, name: &str) -> Response<Body> {
         true => target.namespace.clone().unwrap_or_default(),
         false => String::new(),
     };
-    let store = lock(&shared.store);
+    let store = shared.store.lock();
     let found = store
         .collections
         .get(&target.rt)
@@ -242,7 +246,7 @@ async fn list(
     filter: Filter,
     q: &HashMap<String, String>,
 ) -> Response<Body> {
-    let settings = lock(&shared.settings).clone();
+    let settings = shared.settings.lock().clone();
     if !settings.list_delay.is_zero() {
         tokio::time::sleep(settings.list_delay).await;
     }
@@ -254,7 +258,7 @@ async fn list(
         (Some(l), Some(m)) => Some(l.min(m)),
         (l, m) => l.or(m),
     };
-    let mut store = lock(&shared.store);
+    let mut store = shared.store.lock();
     let mut paging = match q.get("continue").filter(|c| !c.is_empty()) {
         Some(token) => match store.pages.remove(token) {
             Some(p) => p,
@@ -352,7 +356,7 @@ fn watch(
     q: &HashMap<String, String>,
     mut down: watch::Receiver<bool>,
 ) -> Response<Body> {
-    let settings = lock(&shared.settings).clone();
+    let settings = shared.settings.lock().clone();
     let bookmarks = q.get("allowWatchBookmarks").map(String::as_str) == Some("true");
     let asked = q
         .get("timeoutSeconds")
@@ -366,10 +370,10 @@ fn watch(
     // Under the lock: the backlog to replay and the live subscription, so nothing falls between.
     // `expired`: the backlog is one ERROR event and the watch ends after it.
     let (backlog, expired, mut live): (Vec<Bytes>, bool, broadcast::Receiver<Arc<Notice>>) = {
-        let store = lock(&shared.store);
+        let store = shared.store.lock();
         // Counted under the store lock, which is also held while subscribing below: a test that
         // sees the count can rely on the watch receiving whatever it changes next.
-        lock(&shared.counts).entry(rt.clone()).or_default().watches += 1;
+        shared.counts.lock().entry(rt.clone()).or_default().watches += 1;
         let Some(c) = store.collections.get(&rt) else {
             return failure(StatusCode::NOT_FOUND, "NotFound", "unknown resource");
         };

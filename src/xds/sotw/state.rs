@@ -10,45 +10,17 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use super::cache::FullSetCache;
-use super::connections::TypeStatus;
-use super::response::empty_cla;
-use super::subscription::{Change, Subscription};
+use super::super::cache::FullSetCache;
+use super::super::connections::TypeStatus;
+use super::super::record::{MAX_CLIENT_VERSION_BYTES, MAX_ERROR_BYTES, Sent, bounded};
+use super::super::request::Kind;
+use super::super::response::empty_cla;
+use super::super::subscription::{Change, Subscription};
 use crate::envoy::ResourceType;
 use crate::snapshot::{Snapshot, TypeResources, TypeVersion, View};
-
-/// Longest NACK message kept per type. Envoy's messages name the resource and the field at fault
-/// and fit easily; a client sending megabytes of error text must not grow server memory.
-pub const MAX_ERROR_BYTES: usize = 4 * 1024;
-
-/// Longest client `version_info` kept for debug views; ours are ~24 bytes.
-const MAX_CLIENT_VERSION_BYTES: usize = 128;
-
-/// How a request was classified.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// First request for the type on this stream (SOTW-8), whatever nonce it carries.
-    Initial,
-    /// Nonce of the last response, no error (SOTW-11).
-    Ack,
-    /// Carries `error_detail` (SOTW-12: the only NACK signal).
-    Nack,
-    /// Empty nonce after the first request: a spontaneous subscription change.
-    Update,
-    /// Nonce of an older response: ignored entirely (SOTW-9).
-    Stale,
-}
-
-#[derive(Debug, Clone)]
-struct Sent {
-    nonce: Arc<str>,
-    version: TypeVersion,
-    at: SystemTime,
-}
 
 /// What the client is owed beyond what the snapshot's changes say.
 #[derive(Debug, Default)]
@@ -72,13 +44,14 @@ pub(crate) enum Warming {
 
 /// A response's content, ready to frame.
 #[derive(Debug)]
-pub(crate) struct Built {
+pub(crate) struct SotwBuilt {
     /// The snapshot's type version (`version_info`, SOTW-7).
     pub version: TypeVersion,
     /// Shared `resources` entries, in name order.
     pub entries: Vec<Bytes>,
-    /// EDS/RDS only: names carried (full-state responses do not list them).
-    pub names: Vec<Arc<str>>,
+    /// EDS/RDS only: names carried (full-state responses do not list them). Shared by the framed
+    /// response (to owe them again if it is recalled) and, once sent, by client status (CSDS).
+    pub names: Arc<[Arc<str>]>,
     /// CDS only: the clusters this response adds or changes for the client (warming, SOTW-32).
     pub warming: Warming,
     /// Whether snapshot changes (not only the client's request) caused it.
@@ -91,12 +64,13 @@ pub(crate) struct Built {
 
 /// The SotW state of one type on one stream.
 #[derive(Debug)]
-pub(crate) struct TypeState {
+pub(crate) struct SotwState {
     ty: ResourceType,
     sub: Subscription,
     requested: bool,
     sent: Option<Sent>,
-    /// EDS/RDS: the names the last response carried, for client status (CSDS).
+    /// EDS/RDS: the names the last response carried, for client status (CSDS): the response's own
+    /// list, shared, not a copy.
     last_names: Option<Arc<[Arc<str>]>>,
     /// `sent` before the currently staged response, restored if that response is recalled.
     before_staged: Option<Option<Sent>>,
@@ -121,19 +95,7 @@ struct Dropped {
     names: BTreeSet<Arc<str>>,
 }
 
-/// `s`, cut to at most `max` bytes (at a character boundary) and marked as cut.
-pub(crate) fn bounded(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
-impl TypeState {
+impl SotwState {
     pub(crate) fn new(ty: ResourceType) -> Self {
         Self {
             ty,
@@ -350,14 +312,14 @@ impl TypeState {
     /// brought up to `snap`. `None` when there is nothing to send (SOTW-28).
     ///
     /// `retain_from`, for CDS only, is the snapshot the client's previous CDS response came from:
-    /// clusters removed since are kept in this response (SOTW-31), see [`Built::retained`].
+    /// clusters removed since are kept in this response (SOTW-31), see [`SotwBuilt::retained`].
     pub(crate) fn build(
         &mut self,
         snap: &Snapshot,
         view: View,
         retain_from: Option<&Snapshot>,
         full_sets: &FullSetCache,
-    ) -> Option<Built> {
+    ) -> Option<SotwBuilt> {
         let since = self.synced_seq;
         let pending = std::mem::take(&mut self.pending);
         self.synced_seq = self.synced_seq.max(snap.seq);
@@ -365,10 +327,10 @@ impl TypeState {
             return None;
         }
         let res = snap.resources_for(self.ty, view);
-        let mut built = Built {
+        let mut built = SotwBuilt {
             version: res.version,
             entries: Vec::new(),
-            names: Vec::new(),
+            names: Arc::default(),
             warming: Warming::Some(Vec::new()),
             change_driven: false,
             retained: 0,
@@ -461,6 +423,7 @@ impl TypeState {
             }
         }
         built.change_driven = !changed.is_empty() && since > 0;
+        let mut names = Vec::new();
         forced.extend(pending.names.into_iter().filter(|n| self.sub.covers(n)));
         for name in forced.iter().chain(changed.difference(&forced)) {
             match res.get(name) {
@@ -472,37 +435,32 @@ impl TypeState {
                 // Unknown route names are remembered (they stay subscribed) and sent on creation.
                 None => continue,
             }
-            built.names.push(Arc::clone(name));
+            names.push(Arc::clone(name));
         }
         if built.entries.is_empty() && !pending.respond {
             return None;
         }
-        if !res.is_empty()
-            && built.names.len() == res.len()
-            && built.names.iter().all(|n| res.get(n).is_some())
+        if !res.is_empty() && names.len() == res.len() && names.iter().all(|n| res.get(n).is_some())
         {
             // Every resource of the type (a proxy's first EDS answer for all its clusters): the
             // same bytes for every such stream, shared whole in name order (see `cache.rs`).
             built.entries = vec![full_sets.get(self.ty, view, &res)];
         }
+        built.names = names.into();
         Some(built)
     }
 
     /// Records that a response with `nonce` and `version` was handed to the body (SOTW-10).
-    pub(crate) fn sent(&mut self, nonce: Arc<str>, version: TypeVersion, names: &[Arc<str>]) {
+    pub(crate) fn sent(&mut self, nonce: Arc<str>, version: TypeVersion, names: Arc<[Arc<str>]>) {
         self.before_staged = Some(self.sent.take());
-        self.sent = Some(Sent {
-            nonce,
-            version,
-            at: SystemTime::now(),
-        });
-        if !self.ty.full_state_in_sotw() {
-            self.last_names = Some(names.into());
-        }
+        self.sent = Some(Sent::now(nonce, version));
         if self.ty == ResourceType::Endpoint {
-            for n in names {
+            for n in names.iter() {
                 self.warming.remove(n);
             }
+        }
+        if !self.ty.full_state_in_sotw() {
+            self.last_names = Some(names);
         }
     }
 
@@ -514,7 +472,7 @@ impl TypeState {
 
     /// The staged response (carrying `names` for EDS/RDS) was recalled before the body took it: it
     /// was never sent. Its content is owed again if still subscribed.
-    pub(crate) fn recalled(&mut self, names: Vec<Arc<str>>) {
+    pub(crate) fn recalled(&mut self, names: &[Arc<str>]) {
         if let Some(before) = self.before_staged.take() {
             self.sent = before;
         }
@@ -524,7 +482,7 @@ impl TypeState {
         if self.ty.full_state_in_sotw() {
             self.pending.respond = true;
         } else {
-            self.pending.names.extend(names);
+            self.pending.names.extend(names.iter().cloned());
         }
     }
 

@@ -39,9 +39,9 @@ fn names(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-fn send(st: &mut TypeState, s: &Snapshot, cache: &FullSetCache, nonce: &str) -> Option<Built> {
+fn send(st: &mut SotwState, s: &Snapshot, cache: &FullSetCache, nonce: &str) -> Option<SotwBuilt> {
     let built = st.build(s, View::Envoy, None, cache)?;
-    st.sent(Arc::from(nonce), built.version, &built.names);
+    st.sent(Arc::from(nonce), built.version, Arc::clone(&built.names));
     Some(built)
 }
 
@@ -51,7 +51,7 @@ fn classification_initial_stale_ack_nack() {
     let mut b = SnapshotBuilder::new();
     let s1 = snap(&mut b, vec![cla("a", 1)]);
     let cache = FullSetCache::default();
-    let mut st = TypeState::new(ResourceType::Endpoint);
+    let mut st = SotwState::new(ResourceType::Endpoint);
     assert_eq!(
         st.on_request("old-stream-nonce", "v0", &names(&["a"]), None),
         Kind::Initial
@@ -78,16 +78,16 @@ fn unknown_eds_name_gets_an_empty_cla_only_when_requested() {
     let mut b = SnapshotBuilder::new();
     let s1 = snap(&mut b, vec![cla("a", 1)]);
     let cache = FullSetCache::default();
-    let mut st = TypeState::new(ResourceType::Endpoint);
+    let mut st = SotwState::new(ResourceType::Endpoint);
     st.on_request("", "", &names(&["a", "z"]), None);
     let built = send(&mut st, &s1, &cache, "n1").expect("response");
-    assert_eq!(built.names, [Arc::from("a"), Arc::from("z")]);
+    assert_eq!(built.names[..], [Arc::from("a"), Arc::from("z")]);
     // a change to something else owes nothing; z's creation is pushed
     let s2 = snap(&mut b, vec![cla("other", 1)]);
     assert!(st.build(&s2, View::Envoy, None, &cache).is_none());
     let s3 = snap(&mut b, vec![cla("z", 2)]);
     let built = st.build(&s3, View::Envoy, None, &cache).expect("z created");
-    assert_eq!(built.names, [Arc::from("z")]);
+    assert_eq!(built.names[..], [Arc::from("z")]);
 }
 
 #[test]
@@ -96,7 +96,7 @@ fn falls_back_to_changed_seq_when_history_is_short() {
     let mut b = SnapshotBuilder::new();
     let s1 = snap(&mut b, vec![cla("a", 0), cla("b", 0)]);
     let cache = FullSetCache::default();
-    let mut st = TypeState::new(ResourceType::Endpoint);
+    let mut st = SotwState::new(ResourceType::Endpoint);
     st.on_request("", "", &names(&["a", "b"]), None);
     send(&mut st, &s1, &cache, "n1");
     for i in 1..=(crate::snapshot::HISTORY_LEN as u32 + 5) {
@@ -107,7 +107,7 @@ fn falls_back_to_changed_seq_when_history_is_short() {
     let built = st
         .build(&last, View::Envoy, None, &cache)
         .expect("b changed");
-    assert_eq!(built.names, [Arc::from("b")]);
+    assert_eq!(built.names[..], [Arc::from("b")]);
 }
 
 #[test]
@@ -119,8 +119,8 @@ fn warming_forces_only_the_changed_clusters() {
         vec![cluster("c1"), cluster("c2"), cla("c1", 1), cla("c2", 1)],
     );
     let cache = FullSetCache::default();
-    let mut cds = TypeState::new(ResourceType::Cluster);
-    let mut eds = TypeState::new(ResourceType::Endpoint);
+    let mut cds = SotwState::new(ResourceType::Cluster);
+    let mut eds = SotwState::new(ResourceType::Endpoint);
     cds.on_request("", "", &[], None);
     eds.on_request("", "", &names(&["c1", "c2"]), None);
     let built = send(&mut cds, &s1, &cache, "n1").expect("cds");
@@ -157,12 +157,12 @@ fn warming_forces_only_the_changed_clusters() {
     let built = eds
         .build(&s2, View::Envoy, None, &cache)
         .expect("warming response");
-    assert_eq!(built.names, [Arc::from("c1")]);
+    assert_eq!(built.names[..], [Arc::from("c1")]);
 }
 
 #[test]
 fn long_nack_messages_are_bounded() {
-    let mut st = TypeState::new(ResourceType::Cluster);
+    let mut st = SotwState::new(ResourceType::Cluster);
     st.on_request("", "", &[], Some(&"é".repeat(10_000)));
     let err = st.status().last_error.expect("recorded");
     assert!(err.len() <= MAX_ERROR_BYTES + 4);
@@ -171,9 +171,9 @@ fn long_nack_messages_are_bounded() {
 #[test]
 fn per_type_state_is_small() {
     // Per-stream memory budget (docs/floor.md): four of these plus the subscribed names.
-    let size = std::mem::size_of::<TypeState>();
-    eprintln!("TypeState: {size} bytes");
-    assert!(size < 512, "TypeState grew to {size} bytes");
+    let size = std::mem::size_of::<SotwState>();
+    eprintln!("SotwState: {size} bytes");
+    assert!(size < 512, "SotwState grew to {size} bytes");
 }
 
 #[test]
@@ -184,7 +184,7 @@ fn a_name_dropped_and_readded_in_stale_requests_is_resent() {
     let mut b = SnapshotBuilder::new();
     let s1 = snap(&mut b, vec![cla("a", 1), cla("b", 1)]);
     let cache = FullSetCache::default();
-    let mut st = TypeState::new(ResourceType::Endpoint);
+    let mut st = SotwState::new(ResourceType::Endpoint);
     st.on_request("", "", &names(&["a", "b"]), None);
     send(&mut st, &s1, &cache, "n1").expect("initial response");
     let s2 = snap(&mut b, vec![cla("a", 2)]);
@@ -202,7 +202,7 @@ fn a_name_dropped_and_readded_in_stale_requests_is_resent() {
     );
     assert!(st.has_work(s2.seq), "b is owed again");
     let resent = send(&mut st, &s2, &cache, "n3").expect("b resent");
-    assert_eq!(resent.names, vec![Arc::<str>::from("b")]);
+    assert_eq!(resent.names[..], vec![Arc::<str>::from("b")]);
 
     // A stale request that keeps every name owes nothing afterwards.
     assert_eq!(
@@ -221,7 +221,7 @@ fn an_eds_answer_with_every_assignment_is_one_shared_chunk() {
     let mut b = SnapshotBuilder::new();
     let s1 = snap(&mut b, vec![cla("a", 1), cla("b", 1)]);
     let cache = FullSetCache::default();
-    let mut all = TypeState::new(ResourceType::Endpoint);
+    let mut all = SotwState::new(ResourceType::Endpoint);
     all.on_request("", "", &names(&["b", "a"]), None);
     let built = send(&mut all, &s1, &cache, "n1").expect("initial response");
     assert_eq!(built.entries.len(), 1);
@@ -232,7 +232,7 @@ fn an_eds_answer_with_every_assignment_is_one_shared_chunk() {
     );
 
     // A subset, or a name that does not exist, is sent entry by entry.
-    let mut some = TypeState::new(ResourceType::Endpoint);
+    let mut some = SotwState::new(ResourceType::Endpoint);
     some.on_request("", "", &names(&["a", "zz"]), None);
     let built = send(&mut some, &s1, &cache, "n1").expect("initial response");
     assert_eq!(built.entries.len(), 2);

@@ -1,0 +1,171 @@
+//! State-of-the-world xDS: the hooks `stream.rs` runs for `StreamAggregatedResources` and the
+//! per-type `Stream*` methods (SOTW-1..37).
+//!
+//! `state.rs` is the pure per-type protocol state; this file maps a request onto it, frames what it
+//! builds, and says what follows CDS: clusters a CDS response added or changed have their EDS
+//! answered on the next EDS request, even one that looks like an ACK (SOTW-32). Make-before-break
+//! (SOTW-31): a CDS response told to hold removals keeps the clusters removed since the snapshot
+//! the last CDS response came from; a clean CDS response is owed when the push completes.
+
+mod state;
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use tonic::Status;
+
+use super::body::{Framed, SlotWriter};
+use super::cache::FullSetCache;
+use super::connections::TypeStatus;
+use super::request::{Kind, check_names};
+use super::response::{self, TooLarge};
+use super::stream::Protocol;
+use crate::envoy::ResourceType;
+use crate::snapshot::{Snapshot, TypeResources, View};
+use state::{SotwBuilt, SotwState};
+
+/// The SotW side of one stream.
+pub(crate) struct Sotw {
+    types: [SotwState; 4],
+    /// ADS only: the snapshot the last CDS response came from, to keep removed clusters until the
+    /// routes moved off them (SOTW-31). Shared with every other holder; costs only what changed
+    /// since.
+    cds_base: Option<Arc<Snapshot>>,
+    /// A CDS response kept removed clusters: owe a clean one when the push completes.
+    cds_cleanup: bool,
+}
+
+impl Default for Sotw {
+    fn default() -> Self {
+        Self {
+            types: ResourceType::PUSH_ORDER.map(SotwState::new),
+            cds_base: None,
+            cds_cleanup: false,
+        }
+    }
+}
+
+impl Protocol for Sotw {
+    type Request = DiscoveryRequest;
+    type Built = SotwBuilt;
+    const DELTA: bool = false;
+    const NONCE_MARK: &'static str = "-";
+
+    fn node(req: &DiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+
+    fn type_url(req: &DiscoveryRequest) -> &str {
+        &req.type_url
+    }
+
+    fn error(req: &DiscoveryRequest) -> Option<&str> {
+        req.error_detail.as_ref().map(|e| e.message.as_str())
+    }
+
+    fn check(req: &DiscoveryRequest) -> Result<(), Status> {
+        check_names(
+            req.resource_names.len(),
+            req.resource_names.iter().map(String::as_str),
+        )
+    }
+
+    fn apply(
+        &mut self,
+        ty: ResourceType,
+        req: &DiscoveryRequest,
+        known: Option<&TypeResources>,
+        writer: &SlotWriter,
+        _conn: &str,
+    ) -> Result<Kind, Status> {
+        let state = &mut self.types[ty.index()];
+        if state.acks_before_staged(&req.response_nonce)
+            && let Some(framed) = writer.recall(ty)
+        {
+            // The request is stale only because of a response still waiting in our slot: take that
+            // back (it is rebuilt after this request) so subscription changes are not lost (BUG-8)
+            // and nothing goes out for names or types the client just dropped (SOTW-35).
+            state.recalled(&framed.names);
+        }
+        Ok(state.on_request_known(
+            &req.response_nonce,
+            &req.version_info,
+            &req.resource_names,
+            Self::error(req),
+            known,
+        ))
+    }
+
+    fn subscribed(&self, ty: ResourceType) -> bool {
+        self.types[ty.index()].subscribed()
+    }
+
+    fn recalled(&mut self, ty: ResourceType, framed: Framed) {
+        self.types[ty.index()].recalled(&framed.names);
+    }
+
+    fn status(&self, ty: ResourceType) -> TypeStatus {
+        self.types[ty.index()].status()
+    }
+
+    fn has_work(&self, ty: ResourceType, latest_seq: u64) -> bool {
+        self.types[ty.index()].has_work(latest_seq)
+    }
+
+    fn would_send(&self, ty: ResourceType, snap: &Snapshot, _view: View) -> bool {
+        self.types[ty.index()].would_send(snap)
+    }
+
+    fn build(
+        &mut self,
+        ty: ResourceType,
+        snap: &Snapshot,
+        view: View,
+        hold_removals: bool,
+        full_sets: &FullSetCache,
+    ) -> Option<SotwBuilt> {
+        let retain_from = self.cds_base.as_deref().filter(|_| hold_removals);
+        self.types[ty.index()].build(snap, view, retain_from, full_sets)
+    }
+
+    fn frame(
+        ty: ResourceType,
+        built: &mut SotwBuilt,
+        nonce: &str,
+        _view: View,
+        _full_sets: &FullSetCache,
+    ) -> Result<(Framed, usize), TooLarge> {
+        let version = built.version.to_string();
+        let entries = std::mem::take(&mut built.entries);
+        response::frame(ty, &version, nonce, entries, Arc::clone(&built.names))
+    }
+
+    fn change_driven(built: &SotwBuilt) -> bool {
+        built.change_driven
+    }
+
+    fn after_cds(&mut self, built: &SotwBuilt, snap: &Arc<Snapshot>, ads: bool) {
+        self.types[ResourceType::Endpoint.index()].note_warming(&built.warming);
+        self.cds_cleanup |= built.retained > 0;
+        if ads {
+            self.cds_base = Some(Arc::clone(snap));
+        }
+    }
+
+    fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: SotwBuilt) {
+        self.types[ty.index()].sent(nonce, built.version, built.names);
+    }
+
+    fn end_cycle(&mut self) {
+        if std::mem::take(&mut self.cds_cleanup) {
+            self.types[ResourceType::Cluster.index()].owe_full_response();
+        }
+    }
+
+    fn force_all(&mut self) {
+        for t in &mut self.types {
+            t.force_all();
+        }
+    }
+}
