@@ -294,7 +294,7 @@ pub(crate) mod rfc3339 {
 
     use serde::Serializer;
 
-    pub fn serialize<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&humantime::format_rfc3339_millis(*t).to_string())
     }
 }
@@ -305,7 +305,10 @@ pub(crate) mod rfc3339_opt {
 
     use serde::Serializer;
 
-    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        t: &Option<SystemTime>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match t {
             Some(t) => super::rfc3339::serialize(t, s),
             None => s.serialize_none(),

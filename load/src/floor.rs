@@ -161,7 +161,7 @@ impl tower::Service<Req> for TriggerService {
 }
 
 /// Serves the floor on `addr` until the process is killed; prints the bound address first.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     delta: bool,
     storm_bytes: usize,
@@ -187,7 +187,7 @@ pub async fn serve(
 }
 
 /// Asks the floor server at `channel` to push once.
-pub async fn trigger(channel: Channel) -> anyhow::Result<()> {
+pub(crate) async fn trigger(channel: Channel) -> anyhow::Result<()> {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
     grpc.unary(
@@ -201,7 +201,7 @@ pub async fn trigger(channel: Channel) -> anyhow::Result<()> {
 
 /// A client of the floor: reads every response and acknowledges it with a small request, like a
 /// proxy would; reports the storm response as "synced" and each push as seen.
-pub async fn sink(channel: Channel, id: usize, delta: bool, probe: Arc<Probe>) {
+pub(crate) async fn sink(channel: Channel, id: usize, delta: bool, probe: Arc<Probe>) {
     if let Err(e) = sink_inner(channel, id, delta, &probe).await {
         probe.fail(format!("floor client {id}: {e}"));
     }

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 /// p50 / p99 / max of a set of durations, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
@@ -14,7 +14,7 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub fn of(samples: &[Duration]) -> Self {
+    pub(crate) fn of(samples: &[Duration]) -> Self {
         let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
         ms.sort_by(f64::total_cmp);
         let at = |q: f64| {
@@ -35,7 +35,7 @@ impl Stats {
 
 /// One kind of change, measured on tributary and (for endpoint changes) on the floor.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ChangeResult {
+pub(crate) struct ChangeResult {
     pub change: &'static str,
     pub convergence: Stats,
     /// Server CPU seconds per event.
@@ -48,7 +48,7 @@ pub struct ChangeResult {
 
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub mesh: String,
     pub clients: usize,
     pub connections: usize,
@@ -76,7 +76,7 @@ fn ratio(a: f64, b: f64) -> String {
 }
 
 impl Report {
-    pub fn print_table(&self) {
+    pub(crate) fn print_table(&self) {
         println!();
         println!(
             "tributary-load: mesh {}, {} {} clients over {} connections, debounce {}",
@@ -132,7 +132,7 @@ impl Report {
         );
     }
 
-    pub fn print_json(&self) {
+    pub(crate) fn print_json(&self) {
         match serde_json::to_string(self) {
             Ok(line) => println!("{line}"),
             Err(e) => eprintln!("cannot write JSON: {e}"),

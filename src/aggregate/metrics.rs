@@ -14,7 +14,7 @@
 //! `registry` values are configured registry names: bounded by the config file.
 
 /// Registers the descriptions (HELP lines). Safe to call repeatedly.
-pub fn describe() {
+pub(crate) fn describe() {
     metrics::describe_counter!(
         "pilot_inbound_updates",
         "Total number of updates received by pilot (svc, eds, svcdelete)."

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 /// a change) a token is there and nobody waits; when answers come back fast, the loop degrades into
 /// polling at the refill rate.
 #[derive(Debug, Clone)]
-pub struct TokenBucket {
+pub(super) struct TokenBucket {
     capacity: f64,
     /// Time to earn one token.
     interval: Duration,
@@ -23,7 +23,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket of `capacity` tokens, earning one every `interval`.
-    pub fn new(capacity: u32, interval: Duration, now: Instant) -> Self {
+    pub(super) fn new(capacity: u32, interval: Duration, now: Instant) -> Self {
         Self {
             capacity: f64::from(capacity.max(1)),
             interval,
@@ -33,7 +33,7 @@ impl TokenBucket {
     }
 
     /// Takes a token; returns when the caller may proceed (`now` when one was available).
-    pub fn reserve(&mut self, now: Instant) -> Instant {
+    pub(super) fn reserve(&mut self, now: Instant) -> Instant {
         let earned =
             now.saturating_duration_since(self.updated).as_secs_f64() / self.interval.as_secs_f64();
         self.tokens = (self.tokens + earned).min(self.capacity);
@@ -50,11 +50,11 @@ impl TokenBucket {
 /// A [`TokenBucket`] shared by every watch of a registry. The lock is held only to do arithmetic;
 /// callers wait outside it.
 #[derive(Debug, Clone)]
-pub struct SharedBucket(Arc<Mutex<TokenBucket>>);
+pub(super) struct SharedBucket(Arc<Mutex<TokenBucket>>);
 
 impl SharedBucket {
     /// A bucket allowing `per_second` requests per second, holding `burst` of them.
-    pub fn new(per_second: u32, burst: u32) -> Self {
+    pub(super) fn new(per_second: u32, burst: u32) -> Self {
         let interval = Duration::from_secs(1) / per_second.max(1);
         Self(Arc::new(Mutex::new(TokenBucket::new(
             burst,
@@ -64,7 +64,7 @@ impl SharedBucket {
     }
 
     /// Waits for a token.
-    pub async fn acquire(&self) {
+    pub(super) async fn acquire(&self) {
         let now = Instant::now();
         let at = match self.0.lock() {
             Ok(mut bucket) => bucket.reserve(now),
@@ -76,7 +76,7 @@ impl SharedBucket {
 }
 
 /// Sleeps until `at` only if it is in the future: the happy path does not touch the timer.
-pub async fn wait_until(at: Instant, now: Instant) {
+pub(super) async fn wait_until(at: Instant, now: Instant) {
     if at > now {
         tokio::time::sleep_until(at).await;
     }
@@ -86,7 +86,7 @@ pub async fn wait_until(at: Instant, now: Instant) {
 /// `[d/2, d]` where `d = min(initial * 2^n, max)`, so retries from many watches spread out and
 /// never come faster than half the nominal delay.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(super) struct Backoff {
     initial: Duration,
     max: Duration,
     current: Option<Duration>,
@@ -94,7 +94,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// A backoff from `initial` doubling up to `max`.
-    pub fn new(initial: Duration, max: Duration) -> Self {
+    pub(super) fn new(initial: Duration, max: Duration) -> Self {
         Self {
             initial,
             max: max.max(initial),
@@ -103,7 +103,7 @@ impl Backoff {
     }
 
     /// The next delay.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(super) fn next_delay(&mut self) -> Duration {
         let nominal = match self.current {
             None => self.initial,
             Some(d) => d.saturating_mul(2).min(self.max),
@@ -114,7 +114,7 @@ impl Backoff {
     }
 
     /// Back to the initial delay, after a success.
-    pub fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.current = None;
     }
 }
