@@ -98,7 +98,7 @@ pub(super) async fn supervise_registry(
             backoff = RESTART_INITIAL;
         }
         restarts += 1;
-        metrics::counter!("tributary_registry_restarts", "registry" => id.to_string()).increment(1);
+        super::metrics::registry_restarted(id.as_str());
         error!(registry = %id, %reason, restart_in = ?backoff, restarts, "registry task died; serving its last state and restarting it");
         // Degraded first, then Restart: the aggregate keeps every hostname until the new instance
         // has synced, and the degraded mark shows the panic message meanwhile.

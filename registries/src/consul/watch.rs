@@ -111,8 +111,7 @@ impl Shared {
     /// Records how many per-service watches run now.
     pub(super) fn set_service_watches(&self, n: usize) {
         self.service_watches.store(n, Ordering::Relaxed);
-        metrics::gauge!("tributary_consul_watches", "registry" => self.registry.clone())
-            .set(n as f64);
+        crate::metrics::consul_watches(&self.registry, n);
     }
 
     /// The wait of a per-service blocking query. With more services than blocking slots, waits
@@ -232,9 +231,7 @@ where
             source.fetch(q).await
         };
         let counted = |outcome: &'static str| {
-            metrics::counter!("tributary_consul_requests", "registry" => shared.registry.clone(),
-                "endpoint" => S::ENDPOINT, "outcome" => outcome)
-            .increment(1);
+            crate::metrics::consul_request(&shared.registry, S::ENDPOINT, outcome);
         };
         let outcome = match result
             .map_err(|e| e.to_string())
