@@ -15,6 +15,7 @@ pub mod metrics;
 mod process;
 mod routes;
 mod server;
+mod tasks;
 mod xds_status;
 
 use std::sync::Arc;

@@ -51,6 +51,7 @@ fn describe() {
     crate::runtime::metrics::describe();
     tributary_registries::metrics::describe();
     super::process::describe();
+    super::tasks::describe();
     metrics::describe_gauge!(
         "istio_build",
         "Istio component build info (tag: tributary's version)."
@@ -73,6 +74,7 @@ fn buckets(b: PrometheusBuilder) -> PrometheusBuilder {
 pub fn render() -> String {
     let h = handle();
     super::process::sample();
+    super::tasks::sample();
     h.run_upkeep();
     h.render()
 }

@@ -119,11 +119,14 @@ impl MeshBuilder {
         if issues_changed {
             input.issues = Some(self.issues.values().flatten().cloned().collect());
         }
-        if !dirty_ports.is_empty() {
-            input.listener_inputs = Some(Arc::new(ListenerInputs {
-                by_port: self.ports.clone(),
-            }));
-        }
+        // Every build hands the snapshot the current index, not only builds that dirtied a port:
+        // an endpoint-only change still replaced its services' `Arc`s in the index, and a
+        // snapshot keeping the index of the last port change would keep every service of that
+        // time alive beside the current ones, a whole second copy of the mesh's endpoints after
+        // the first endpoint change (MEM-1). The index is persistent, so this copy is O(1).
+        input.listener_inputs = Some(Arc::new(ListenerInputs {
+            by_port: self.ports.clone(),
+        }));
         self.snapshots.build(input)
     }
 
@@ -346,6 +349,30 @@ mod tests {
             .is_none(),
             "identical input, no snapshot"
         );
+    }
+
+    #[test]
+    fn an_endpoint_change_leaves_no_old_service_alive() {
+        // MEM-1: the builder and the snapshot hold the current services only; the service an
+        // endpoint change replaced is freed, not kept by the last port change's listener inputs.
+        let mut m = MeshBuilder::new(GenerateOptions::default());
+        let first = svc("a.test", 80, &["10.0.0.1"]);
+        m.apply(
+            vec![(host("a.test"), Some(Arc::clone(&first)))],
+            Instant::now(),
+        );
+        let s = m
+            .apply(
+                vec![(host("a.test"), Some(svc("a.test", 80, &["10.0.0.2"])))],
+                Instant::now(),
+            )
+            .unwrap();
+        assert_eq!(
+            Arc::strong_count(&first),
+            1,
+            "only this test still holds the replaced service"
+        );
+        drop(s);
     }
 
     #[test]

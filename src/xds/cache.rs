@@ -11,9 +11,15 @@
 //! the EDS answer to a proxy subscribing to every cluster it received) share their entries the
 //! same way. Otherwise such a response is two chunks per resource, and h2 queues each chunk as a
 //! frame of its own: thousands per stream in a reconnect storm, each with its bookkeeping.
+//!
+//! A set lives only as long as the type version it was built from is held somewhere (a snapshot
+//! in the store or a stream walking an older one): each entry keeps a weak handle to its
+//! [`TypeResources`], entries whose handle died are dropped on every insert and whenever a stream
+//! ends ([`FullSetCache::prune`]). Without that the cache kept up to [`FULL_SET_CACHE_LEN`] sets
+//! of versions nobody would ask for again after every client left (MEM-1).
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -34,32 +40,57 @@ enum Form {
 
 type Key = (ResourceType, View, TypeVersion, Form);
 
+/// One built set, and the type version it was built from while that is alive.
+struct Cached {
+    key: Key,
+    of: Weak<TypeResources>,
+    bytes: Bytes,
+}
+
+impl Cached {
+    fn alive(&self) -> bool {
+        self.of.strong_count() > 0
+    }
+}
+
 /// Recently built full sets, newest last.
 #[derive(Default)]
 pub(crate) struct FullSetCache {
     /// Locked only to look up or insert; concatenation happens outside the lock.
-    recent: Mutex<VecDeque<(Key, Bytes)>>,
+    recent: Mutex<VecDeque<Cached>>,
 }
 
 impl FullSetCache {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<(Key, Bytes)>> {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Cached>> {
         self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Drops the sets whose type version no snapshot or stream holds any more.
+    pub(crate) fn prune(&self) {
+        self.lock().retain(Cached::alive);
+    }
+
     /// The concatenated SotW `resources` entries of `res` (type `ty`, as seen with `bind`).
-    pub(crate) fn get(&self, ty: ResourceType, view: View, res: &TypeResources) -> Bytes {
+    pub(crate) fn get(&self, ty: ResourceType, view: View, res: &Arc<TypeResources>) -> Bytes {
         self.get_or_build((ty, view, res.version, Form::Sotw), res)
     }
 
     /// The concatenated delta `resources` entries ([`crate::envoy::EncodedResource::delta_entry`])
     /// of `res`, in name order.
-    pub(crate) fn get_delta(&self, ty: ResourceType, view: View, res: &TypeResources) -> Bytes {
+    pub(crate) fn get_delta(
+        &self,
+        ty: ResourceType,
+        view: View,
+        res: &Arc<TypeResources>,
+    ) -> Bytes {
         self.get_or_build((ty, view, res.version, Form::Delta), res)
     }
 
-    fn get_or_build(&self, key: Key, res: &TypeResources) -> Bytes {
-        if let Some((_, bytes)) = self.lock().iter().find(|(k, _)| *k == key) {
-            return bytes.clone();
+    fn get_or_build(&self, key: Key, res: &Arc<TypeResources>) -> Bytes {
+        if let Some(hit) = self.lock().iter_mut().find(|c| c.key == key) {
+            // The same version in a newer snapshot is a new `Arc`: follow the one asked with.
+            hit.of = Arc::downgrade(res);
+            return hit.bytes.clone();
         }
         // Two streams may build the same set at once; both results are identical and one wins.
         let resources = || res.entries.values().map(|e| &e.resource);
@@ -80,8 +111,13 @@ impl FullSetCache {
             }
         };
         let mut recent = self.lock();
-        if !recent.iter().any(|(k, _)| *k == key) {
-            recent.push_back((key, bytes.clone()));
+        recent.retain(Cached::alive);
+        if !recent.iter().any(|c| c.key == key) {
+            recent.push_back(Cached {
+                key,
+                of: Arc::downgrade(res),
+                bytes: bytes.clone(),
+            });
             while recent.len() > FULL_SET_CACHE_LEN {
                 recent.pop_front();
             }
@@ -92,8 +128,6 @@ impl FullSetCache {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 
     use super::*;
@@ -136,5 +170,15 @@ mod tests {
             &Arc::clone(&res),
         );
         assert_eq!(again.as_ptr(), delta.as_ptr(), "built once, then shared");
+        drop(again);
+        cache.prune();
+        assert_eq!(cache.lock().len(), 2, "kept while the snapshot lives");
+        drop(res);
+        drop(snap);
+        cache.prune();
+        assert!(
+            cache.lock().is_empty(),
+            "MEM-1: dropped with the last snapshot"
+        );
     }
 }

@@ -91,17 +91,44 @@ impl Shared {
         };
         let span = tracing::info_span!("xds_stream", method, peer = ?peer);
         let limit = Some(self.max_decoding_message_size);
+        // Declared before the stream's future, so dropped after it (also when the task is
+        // aborted): the snapshots the stream held are released before the cache looks.
+        let prune = PruneOnDrop(Arc::clone(&self.full_sets));
         let task = if delta {
             let requests =
                 Streaming::new_request(RequestDecoder::new(), req.into_body(), None, limit);
-            tokio::spawn(stream::run::<Delta>(params, requests, writer, snapshots).instrument(span))
+            let run = stream::run::<Delta>(params, requests, writer, snapshots);
+            tokio::spawn(
+                async move {
+                    let _prune = prune;
+                    run.await;
+                }
+                .instrument(span),
+            )
         } else {
             let requests =
                 Streaming::new_request(RequestDecoder::new(), req.into_body(), None, limit);
-            tokio::spawn(stream::run::<Sotw>(params, requests, writer, snapshots).instrument(span))
+            let run = stream::run::<Sotw>(params, requests, writer, snapshots);
+            tokio::spawn(
+                async move {
+                    let _prune = prune;
+                    run.await;
+                }
+                .instrument(span),
+            )
         };
         body.own_task(task);
         grpc_response(body)
+    }
+}
+
+/// Prunes the whole-type cache when a stream ends, however it ends: the last stream holding an
+/// old snapshot takes that snapshot's sets with it (MEM-1).
+struct PruneOnDrop(Arc<FullSetCache>);
+
+impl Drop for PruneOnDrop {
+    fn drop(&mut self) {
+        self.0.prune();
     }
 }
 

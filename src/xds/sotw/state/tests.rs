@@ -225,10 +225,10 @@ fn an_eds_answer_with_every_assignment_is_one_shared_chunk() {
     all.on_request("", "", &names(&["b", "a"]), None);
     let built = send(&mut all, &s1, &cache, "n1").expect("initial response");
     assert_eq!(built.entries.len(), 1);
-    let res = s1.resources(ResourceType::Endpoint);
+    let res = s1.resources_for(ResourceType::Endpoint, View::Envoy);
     assert_eq!(
         built.entries[0],
-        cache.get(ResourceType::Endpoint, View::Envoy, res)
+        cache.get(ResourceType::Endpoint, View::Envoy, &res)
     );
 
     // A subset, or a name that does not exist, is sent entry by entry.
