@@ -65,6 +65,23 @@ pub async fn start_runtime(config: Config) -> Running {
     runtime::start(config).await.expect("tributary starts")
 }
 
+/// [`start_runtime`] with the xDS and admin ports on `127.0.0.1:0`, once its first snapshot is
+/// published (within `limit`).
+pub async fn start_ready(config: Config, limit: Duration) -> Running {
+    let config = Config {
+        xds_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        admin_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..config
+    };
+    let running = start_runtime(config).await;
+    let deadline = std::time::Instant::now() + limit;
+    while !running.store.is_ready() {
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    running
+}
+
 /// The server under test and the snapshot builder feeding it.
 pub struct TestServer {
     pub store: SnapshotStore,

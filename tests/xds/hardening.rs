@@ -49,18 +49,7 @@ fn mock(file: Option<std::path::PathBuf>) -> RegistryConfig {
 }
 
 async fn start(config: Config) -> Running {
-    let config = Config {
-        xds_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        ..config
-    };
-    let running = support::start_runtime(config).await;
-    let deadline = Instant::now() + WAIT;
-    while !running.store.is_ready() {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    running
+    support::start_ready(config, WAIT).await
 }
 
 async fn list(addr: SocketAddr, token: Option<&str>) -> Result<usize, tonic::Status> {

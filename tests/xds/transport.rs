@@ -31,18 +31,10 @@ const NODE: &str = "transport-test";
 
 async fn start(connections: ConnectionSettings) -> Running {
     let config = Config {
-        xds_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
         connections,
         ..Config::default()
     };
-    let running = support::start_runtime(config).await;
-    let deadline = Instant::now() + WAIT;
-    while !running.store.is_ready() {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    running
+    support::start_ready(config, WAIT).await
 }
 
 fn request(type_url: &str) -> DiscoveryRequest {
