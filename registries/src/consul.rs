@@ -40,7 +40,6 @@ mod config;
 mod convert;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
-mod pace;
 mod watch;
 mod wire;
 mod worker;

@@ -24,9 +24,6 @@
 //! `Degraded` and withdraw nothing: the stores keep their contents until a successful list
 //! replaces them, and kube-runtime retries with our backoff.
 
-// Shared with the ServiceEntry registry's CRD source (same client, rate limit and backoff).
-pub(crate) mod backoff;
-pub(crate) mod client;
 mod cluster;
 mod config;
 mod convert;
@@ -50,12 +47,12 @@ use crate::config::{AdapterConfig, BuiltRegistry, RegistryConfigError};
 use crate::model::{ClusterId, RegistryId};
 use crate::registry::{Registry, RegistryError, RegistrySink};
 
-pub use client::ClientError;
+pub use crate::support::kube_client::ClientError;
 pub use config::{ConfigError, KubernetesConfig, RemoteCluster};
 pub use remote::DirError;
 
-use backoff::RetryBackoff;
-use client::{Credentials, RateLimitLayer};
+use crate::support::backoff::RetryBackoff;
+use crate::support::kube_client::{Credentials, RateLimitLayer};
 use cluster::ClusterSettings;
 use convert::Context;
 use watch::WatchSettings;

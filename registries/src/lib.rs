@@ -9,6 +9,8 @@
 //!   [`serviceentry`], each owning its config (serde, validation, environment) and a `build`;
 //! - [`RegistryConfig`]: one variant per adapter ([`AdapterConfig`]), what the config file's
 //!   `registries:` list holds;
+//! - `support` (private): what several adapters share (retry backoff, rate limits, the kube client,
+//!   file watching, YAML line lookup), so that no adapter imports another's internals;
 //! - `test_util` (tests and the `test-util` feature): the conformance test every adapter passes.
 //!
 //! It does **not** merge registries, debounce, build Envoy resources or speak xDS: that is the
@@ -27,6 +29,7 @@ pub mod mock;
 pub mod model;
 mod registry;
 pub mod serviceentry;
+mod support;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 

@@ -1,5 +1,6 @@
 //! Tests of the running Consul registry against the fake Consul (real HTTP on loopback, real
-//! time: the paused-clock tests of pacing and backoff are in `watch` and `pace`).
+//! time: the paused-clock tests of pacing and backoff are in `watch` and in `support`'s
+//! `rate_limit` and `backoff`).
 
 mod conformance;
 mod faults;

@@ -19,13 +19,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
-use tokio::time::Instant;
 
 use super::blocking::{BlockingIndex, Observed};
 use super::client::{Answer, Client, ClientError, Query};
 use super::config::ConsulConfig;
-use super::pace::{Backoff, SharedBucket, TokenBucket, wait_until};
 use super::wire::{HealthEntry, ServiceList};
+use crate::support::backoff::RetryBackoff;
+use crate::support::rate_limit::{self, Limiter, until_ready};
 
 /// Tokens of each watch's own bucket: Consul's documentation suggests "a token bucket with burst
 /// of 2" so two quick changes go through at once and a third waits for the refill.
@@ -81,7 +81,7 @@ pub(super) struct Shared {
     max_last_contact: Duration,
     min_query_interval: Duration,
     backoff: (Duration, Duration),
-    global: SharedBucket,
+    global: Limiter,
     /// Per-service blocking queries in flight (`max_concurrent_watches`).
     pub blocking_slots: Semaphore,
     /// Per-service non-blocking reads in flight.
@@ -100,7 +100,10 @@ impl Shared {
             max_last_contact: config.max_last_contact,
             min_query_interval: config.min_query_interval,
             backoff: (config.backoff.initial, config.backoff.max),
-            global: SharedBucket::new(rate, rate.saturating_mul(SHARED_BURST_SECONDS)),
+            global: rate_limit::limiter(
+                Duration::from_secs(1) / rate.max(1),
+                rate.saturating_mul(SHARED_BURST_SECONDS),
+            ),
             blocking_slots: Semaphore::new(config.max_concurrent_watches),
             read_slots: Semaphore::new(READ_SLOTS),
             max_watches: config.max_concurrent_watches,
@@ -205,13 +208,12 @@ where
     F: Fn(Outcome<S::Body>) -> Event + Send,
 {
     let mut index = BlockingIndex::default();
-    let mut bucket = TokenBucket::new(WATCH_BURST, shared.min_query_interval, Instant::now());
-    let mut backoff = Backoff::new(shared.backoff.0, shared.backoff.1);
+    let bucket = rate_limit::limiter(shared.min_query_interval, WATCH_BURST);
+    let mut backoff = RetryBackoff::new(shared.backoff.0, shared.backoff.1);
     let mut failing: Option<String> = None;
     loop {
-        let now = Instant::now();
-        wait_until(bucket.reserve(now), now).await;
-        shared.global.acquire().await;
+        until_ready(&bucket).await;
+        until_ready(&shared.global).await;
         let q = Query {
             // After a failure, read without blocking: a recovered Consul with nothing new would
             // otherwise hold the query for a whole wait before the registry knows it is healthy.
@@ -253,7 +255,7 @@ where
             }
             Err(reason) => {
                 counted("error");
-                let delay = backoff.next_delay();
+                let delay = backoff.next().unwrap_or(shared.backoff.1);
                 tracing::debug!(error = %reason, retry_in = %humantime::format_duration(delay), "consul read failed");
                 let news = failing.as_ref() != Some(&reason);
                 failing = Some(reason.clone());

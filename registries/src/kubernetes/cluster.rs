@@ -14,12 +14,12 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::backoff::RetryBackoff;
-use super::client::{ApiSuccesses, Credentials, RateLimitLayer};
 use super::convert::Context;
 use super::shards::{ShardChange, Shards};
 use super::watch::{self, Kind, WatchItem, WatchSettings};
 use crate::model::ClusterId;
+use crate::support::backoff::RetryBackoff;
+use crate::support::kube_client::{ApiSuccesses, Credentials, RateLimitLayer};
 
 /// Delay between client builds should the backoff ever run dry (it does not; it repeats its cap).
 const CLIENT_RETRY_FALLBACK: std::time::Duration = std::time::Duration::from_secs(30);

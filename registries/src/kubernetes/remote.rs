@@ -5,14 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use super::client::Credentials;
 use crate::model::ClusterId;
-
-/// Room for one "the directory may have changed" signal; more would only repeat it.
-const DIR_EVENT_CAPACITY: usize = 1;
+use crate::support::file_watch::DirWatch;
+use crate::support::kube_client::Credentials;
 
 /// Why the directory cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -35,29 +32,12 @@ pub enum DirError {
     },
 }
 
-/// A running directory watch; dropping it stops watching.
-pub(crate) struct DirWatch {
-    _watcher: RecommendedWatcher,
-}
-
 /// Watches `dir`; the receiver gets a signal whenever anything in it may have changed.
 pub(crate) fn watch_dir(dir: &Path) -> Result<(DirWatch, mpsc::Receiver<()>), DirError> {
-    let (tx, rx) = mpsc::channel(DIR_EVENT_CAPACITY);
-    let mut watcher = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
-        // Full: a rescan is already due. Closed: the registry stopped.
-        let _ = tx.try_send(());
-    })
-    .map_err(|source| DirError::Watch {
+    crate::support::file_watch::watch_dir(dir, |_| true).map_err(|source| DirError::Watch {
         dir: dir.to_path_buf(),
         source,
-    })?;
-    watcher
-        .watch(dir, RecursiveMode::NonRecursive)
-        .map_err(|source| DirError::Watch {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
-    Ok((DirWatch { _watcher: watcher }, rx))
+    })
 }
 
 /// The cluster id a file name stands for, or `None` for files to ignore.

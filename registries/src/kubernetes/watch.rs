@@ -25,8 +25,8 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::backoff::RetryBackoff;
 use super::convert::SERVICE_NAME_LABEL;
+use crate::support::backoff::RetryBackoff;
 
 /// The kinds a cluster is watched for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -23,11 +23,11 @@ use tokio::time::Instant;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, info, warn};
 
-use super::client::Credentials;
 use super::cluster::{self, ClusterEvent, ClusterReport, ClusterRun, ClusterSettings};
 use super::remote;
 use crate::model::{ClusterId, Hostname, ServiceState};
 use crate::registry::{Change, RegistryError, RegistrySink, RegistryStatus};
+use crate::support::kube_client::Credentials;
 
 /// Reports waiting for the worker; cluster tasks wait when it is full.
 pub(crate) const REPORT_CAPACITY: usize = 256;

@@ -30,7 +30,6 @@
 
 mod errors;
 pub(crate) mod limits;
-pub(crate) mod locate;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -45,8 +44,9 @@ use crate::model::{
     ServicePort, ServiceState,
 };
 
+use crate::support::yaml_locate as locate;
+pub(crate) use crate::support::yaml_locate::Seg;
 pub use errors::{FieldPath, FileError, InvalidField, SpecError};
-pub(crate) use locate::Seg;
 
 /// Every hostname the registry serves, with its full state; the unit the mock diffs.
 pub(crate) type Services = BTreeMap<Hostname, ServiceState>;

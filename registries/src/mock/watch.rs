@@ -12,12 +12,10 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
-use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-/// Room for one "the file may have changed" signal. A signal already waiting means a reload is
-/// coming anyway, so further ones are dropped rather than queued.
-const FILE_EVENT_CAPACITY: usize = 1;
+/// A running watch; dropping it stops watching.
+pub(crate) use crate::support::file_watch::DirWatch as FileWatch;
 
 /// Why the file cannot be watched.
 #[derive(Debug, thiserror::Error)]
@@ -35,12 +33,6 @@ pub enum WatchError {
     },
 }
 
-/// A running watch; dropping it stops watching.
-#[derive(Debug)]
-pub(crate) struct FileWatch {
-    _watcher: RecommendedWatcher,
-}
-
 /// Starts watching `path`; the receiver gets a signal whenever it may have changed.
 pub(crate) fn watch_file(path: &Path) -> Result<(FileWatch, mpsc::Receiver<()>), WatchError> {
     let name: OsString = path
@@ -51,35 +43,15 @@ pub(crate) fn watch_file(path: &Path) -> Result<(FileWatch, mpsc::Receiver<()>),
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let (tx, rx) = mpsc::channel(FILE_EVENT_CAPACITY);
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        let relevant = match &res {
-            Ok(event) => {
-                changes_content(&event.kind)
-                    && event
-                        .paths
-                        .iter()
-                        .any(|p| p.file_name() == Some(name.as_os_str()))
-            }
-            // A watch error may hide a change: re-read to be safe.
-            Err(_) => true,
-        };
-        if relevant {
-            // Full means a reload is already pending; closed means the registry stopped.
-            let _ = tx.try_send(());
-        }
-    })
-    .map_err(|source| WatchError::Notify {
-        dir: dir.clone(),
-        source,
-    })?;
-    watcher
-        .watch(&dir, RecursiveMode::NonRecursive)
-        .map_err(|source| WatchError::Notify {
-            dir: dir.clone(),
-            source,
-        })?;
-    Ok((FileWatch { _watcher: watcher }, rx))
+    let relevant = move |event: &notify::Event| {
+        changes_content(&event.kind)
+            && event
+                .paths
+                .iter()
+                .any(|p| p.file_name() == Some(name.as_os_str()))
+    };
+    crate::support::file_watch::watch_dir(&dir, relevant)
+        .map_err(|source| WatchError::Notify { dir, source })
 }
 
 /// Whether an event of this kind can change what the file holds: created, written, closed after

@@ -4,8 +4,8 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::mock::file_format::locate::Seg;
 use crate::model::Protocol;
+use crate::support::yaml_locate::Seg;
 
 /// A path to a field of an object, from its top (`spec.ports[1].number`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

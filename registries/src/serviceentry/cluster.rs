@@ -29,9 +29,9 @@ use tracing::{info, warn};
 use super::config::CrdSourceConfig;
 use super::types::{GROUP, Kind};
 use super::validate::Workload;
-use crate::kubernetes::backoff::RetryBackoff;
-pub(crate) use crate::kubernetes::client::Credentials;
-use crate::kubernetes::client::{ApiSuccesses, RateLimitLayer};
+use crate::support::backoff::RetryBackoff;
+pub(crate) use crate::support::kube_client::Credentials;
+use crate::support::kube_client::{ApiSuccesses, RateLimitLayer};
 
 /// Events waiting for the worker. Each is small (a list is one event), so a few hundred absorb a
 /// burst of single changes while the worker rebuilds; when full, the watch task waits (back-

@@ -14,7 +14,7 @@ use super::types::{
     API_VERSIONS, GROUP, Kind, Object, ObjectKey, ServiceEntrySpec, WorkloadEntrySpec,
 };
 use super::validate::{Valid, validate_meta, validate_service_entry, validate_workload_entry};
-use crate::mock::file_format::locate::line_of;
+use crate::support::yaml_locate::line_of;
 
 /// One problem of one object, with the line of its field when the object came from a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,8 +273,8 @@ fn without_location(e: &serde_yaml::Error) -> String {
     }
 }
 
-fn seg(key: &str) -> crate::mock::file_format::locate::Seg {
-    crate::mock::file_format::locate::Seg::Key(key.to_string())
+fn seg(key: &str) -> crate::support::yaml_locate::Seg {
+    crate::support::yaml_locate::Seg::Key(key.to_string())
 }
 
 /// serde_ignored's path of an unknown field as a field path.

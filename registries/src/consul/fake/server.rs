@@ -355,36 +355,17 @@ async fn collect_body(body: Incoming) -> Option<Bytes> {
     Some(collected.to_bytes())
 }
 
-/// `a=1&b&c=x%20y` → {a: 1, b: "", c: "x y"}, decoded as Go's `url.ParseQuery` does.
+/// `a=1&b&c=x%20y` → {a: 1, b: "", c: "x y"}, decoded as Go's `url.ParseQuery` does (`+` is a
+/// space; invalid escapes are kept as they are).
 fn parse_query(q: &str) -> BTreeMap<String, String> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (decode(&k.replace('+', " ")), decode(&v.replace('+', " ")))
-        })
-        .collect()
+    serde_urlencoded::from_str(q).unwrap_or_default()
 }
 
-/// Percent-decoding; invalid escapes are kept as they are.
+/// Percent-decoding of a path (`+` stays); invalid escapes are kept as they are.
 fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
-        {
-            out.push((h * 16 + l) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]

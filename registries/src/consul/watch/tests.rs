@@ -3,6 +3,8 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use tokio::time::Instant;
+
 use super::*;
 use crate::consul::client::QueryMeta;
 

@@ -80,43 +80,9 @@ fn failure(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
     full(code, status_object(code.as_u16(), reason, message))
 }
 
+/// The request's query parameters, percent- and `+`-decoded.
 fn query(req: &Request<Incoming>) -> HashMap<String, String> {
-    req.uri()
-        .query()
-        .map(|q| {
-            q.split('&')
-                .filter_map(|kv| {
-                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    Some((decode(k)?, decode(v)?))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Percent-decoding of a query component (`+` is a space).
-fn decode(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
+    serde_urlencoded::from_str(req.uri().query().unwrap_or("")).unwrap_or_default()
 }
 
 /// What a request path names.

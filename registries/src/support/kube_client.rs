@@ -8,8 +8,6 @@
 //! segment of a list or watch URL: `services`, `endpointslices`, ...), and the cluster task
 //! compares those counts with the ones it saw when a watch failed.
 
-mod rate_limit;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,7 +22,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tower::{Layer, Service};
 
-pub(crate) use rate_limit::RateLimitLayer;
+pub(crate) use super::rate_limit::RateLimitLayer;
 
 /// Where a cluster's credentials come from.
 #[derive(Debug, Clone, PartialEq)]
