@@ -5,6 +5,11 @@
 //! one "push" response of the size of the measured change on each trigger. No generation, no
 //! per-stream state beyond the body: no control plane can serve the same bytes faster here, so
 //! tributary's figures are reported as ratios to these, measured in the same run.
+//!
+//! The floor is fair to the requests too (`docs/floor.md`): a SotW sink acknowledges each response
+//! with the same `resource_names` list tributary's SotW proxies repeat in every EDS ACK, and the
+//! server reads every request frame to its end without decoding it, so what tributary spends on
+//! top of reading those bytes is what the ratio shows.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -119,7 +124,8 @@ impl tower::Service<Req> for FloorService {
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        // Read and drop what the client sends, so its ACKs never block on flow control.
+        // Read every request frame to its end and drop it undecoded: the floor pays for receiving
+        // the ACKs (as large as tributary's) but not for parsing them.
         let mut body = req.into_body();
         tokio::spawn(async move {
             use http_body_util::BodyExt;
@@ -199,15 +205,29 @@ pub(crate) async fn trigger(channel: Channel) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A client of the floor: reads every response and acknowledges it with a small request, like a
-/// proxy would; reports the storm response as "synced" and each push as seen.
-pub(crate) async fn sink(channel: Channel, id: usize, delta: bool, probe: Arc<Probe>) {
-    if let Err(e) = sink_inner(channel, id, delta, &probe).await {
+/// A client of the floor: reads every response and acknowledges it like a proxy would; reports the
+/// storm response as "synced" and each push as seen. A SotW sink's ACKs carry `ack_names` (the
+/// encoded `resource_names` a SotW proxy repeats in its EDS ACKs); delta ACKs name nothing, as a
+/// delta proxy's do.
+pub(crate) async fn sink(
+    channel: Channel,
+    id: usize,
+    delta: bool,
+    ack_names: Bytes,
+    probe: Arc<Probe>,
+) {
+    if let Err(e) = sink_inner(channel, id, delta, &ack_names, &probe).await {
         probe.fail(format!("floor client {id}: {e}"));
     }
 }
 
-async fn sink_inner(channel: Channel, id: usize, delta: bool, probe: &Probe) -> anyhow::Result<()> {
+async fn sink_inner(
+    channel: Channel,
+    id: usize,
+    delta: bool,
+    ack_names: &Bytes,
+    probe: &Probe,
+) -> anyhow::Result<()> {
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(usize::MAX);
     grpc.ready().await?;
     let (tx, rx) = mpsc::channel(8);
@@ -237,7 +257,7 @@ async fn sink_inner(channel: Channel, id: usize, delta: bool, probe: &Probe) -> 
         let ack = if delta {
             wire::delta_request(EDS, &r.nonce, &empty, &empty, None)
         } else {
-            wire::sotw_request(EDS, &r.version, &r.nonce, &empty, None)
+            wire::sotw_request(EDS, &r.version, &r.nonce, ack_names, None)
         };
         tx.send(ack).await?;
         if r.nonce == "storm" {

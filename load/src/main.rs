@@ -4,14 +4,18 @@
 //! One run: start tributary (a child process, so its RSS and CPU are its own) on an empty mock
 //! registry; write the mesh through the control API; connect N simulated proxies at once (the
 //! cold-start storm); then make endpoint changes, service additions and deletions and time each
-//! until the last proxy has received and acknowledged it. Then the same N clients against the
-//! floor server (`floor.rs`) with the same bytes. Prints a table and, with `--json`, one JSON line.
+//! until the last proxy has received and acknowledged it. With `--peers`, each peer control plane
+//! (`peer.rs`) is then given the same resources and changes and measured with the same clients.
+//! Then the same N clients against the floor server (`floor.rs`) with the same bytes. Prints one
+//! table (tributary, the floor and each peer per measure) and, with `--json`, one JSON line.
 
 mod floor;
 mod mesh;
+mod peer;
 mod probe;
 mod process;
 mod proxy;
+mod recorder;
 mod report;
 mod wire;
 
@@ -27,6 +31,7 @@ use tonic::transport::{Channel, Endpoint};
 use mesh::{Control, MeshSpec};
 use probe::{Marker, Probe};
 use process::Server;
+use recorder::Recorder;
 use report::{ChangeResult, Report, Stats};
 
 /// How long one phase may take before the run gives up on it.
@@ -73,7 +78,7 @@ enum Mode {
 
 #[derive(Parser, Clone)]
 struct RunArgs {
-    /// Mesh preset: small (100×1×5), medium (1,000×2×10), large (10,000×2×10).
+    /// Mesh preset: tiny (10×1×2), small (100×1×5), medium (1,000×2×10), large (10,000×2×10).
     #[arg(long, default_value = "small")]
     preset: String,
     /// Override the preset's number of services.
@@ -102,6 +107,14 @@ struct RunArgs {
     /// Also print the report as one JSON line.
     #[arg(long)]
     json: bool,
+    /// Peer control planes to measure in the same run, comma-separated (built with cargo from
+    /// `load/peers/<name>/` first).
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(peer::PEERS))]
+    peers: Vec<String>,
+    /// Seconds a change may take to reach every proxy of a peer before the peer is reported as not
+    /// pushing that kind of change.
+    #[arg(long, default_value_t = 60)]
+    peer_change_limit_secs: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -146,12 +159,26 @@ async fn wait_for(
     probe: &Probe,
     count: impl Fn(&Probe) -> (usize, Instant),
 ) -> anyhow::Result<Instant> {
-    let deadline = Instant::now() + PHASE_LIMIT;
+    wait_until(what, n, probe, &count, PHASE_LIMIT)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("{what}: only {}/{n} after {PHASE_LIMIT:?}", count(probe).0))
+}
+
+/// [`wait_for`] for at most `limit`: `None` if `count()` had not reached `n` by then. A failed
+/// stream is an error.
+async fn wait_until(
+    what: &str,
+    n: usize,
+    probe: &Probe,
+    count: impl Fn(&Probe) -> (usize, Instant),
+    limit: Duration,
+) -> anyhow::Result<Option<Instant>> {
+    let deadline = Instant::now() + limit;
     let mut next_print = Instant::now() + PROGRESS_EVERY;
     loop {
         let (k, last) = count(probe);
         if k >= n {
-            return Ok(last);
+            return Ok(Some(last));
         }
         let failed = probe.failed.load(std::sync::atomic::Ordering::SeqCst);
         if failed > 0 {
@@ -162,10 +189,9 @@ async fn wait_for(
                 .unwrap_or_default();
             anyhow::bail!("{failed} streams failed while waiting for {what}: {first:?}");
         }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{what}: only {k}/{n} after {PHASE_LIMIT:?}"
-        );
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
         if Instant::now() >= next_print {
             eprint!("\r  {what}: {k}/{n}   ");
             next_print += PROGRESS_EVERY;
@@ -202,6 +228,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let dir = std::env::temp_dir().join(format!("tributary-load-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let bin = process::tributary_bin(args.tributary.as_deref())?;
+    let peer_bins = peer::build(&args.peers)?;
     let server = Server::tributary(&bin, &dir, &args.debounce)?;
     let control_addr =
         anyhow::Context::context(server.control, "tributary serves the control API")?;
@@ -222,11 +249,20 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     // Cold-start storm: every client at once.
     let probe = Probe::new();
     let cache = Arc::new(proxy::NameCache::default());
+    // The first proxy records what tributary serves: the peers are given the same resources.
+    let recorder = Arc::new(Recorder::default());
     let chans = channels(server.xds, conns).await?;
     let mut tasks = JoinSet::new();
     let t0 = Instant::now();
     spawn_clients(&mut tasks, &chans, n, per, |ch, i| {
-        proxy::run(ch, i, is_delta(i), Arc::clone(&probe), Arc::clone(&cache))
+        proxy::run(
+            ch,
+            i,
+            is_delta(i),
+            Arc::clone(&probe),
+            Arc::clone(&cache),
+            (i == 0).then(|| Arc::clone(&recorder)),
+        )
     });
     let last = wait_for("storm: proxies synced", n, &probe, Probe::synced_count).await?;
     let storm = last.saturating_duration_since(t0);
@@ -234,6 +270,8 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_per_client = (server.rss().saturating_sub(rss_idle)) as f64 / n as f64;
     let config_bytes = probe.synced_bytes();
+    let initial = recorder.snapshot();
+    let mut steps = Vec::new();
 
     // Changes.
     let mut epoch = 0;
@@ -260,7 +298,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 },
             };
             let cpu0 = server.cpu();
-            let t = probe.arm(epoch, marker);
+            let t = probe.arm(epoch, marker.clone());
             match kind {
                 "endpoint" => {
                     control
@@ -275,6 +313,11 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
             // let stragglers (other types of the same push) arrive before the next change
             tokio::time::sleep(Duration::from_millis(300)).await;
             cpu += server.cpu() - cpu0;
+            steps.push(peer::Step {
+                kind,
+                marker,
+                state: recorder.snapshot(),
+            });
             let r = probe.responses();
             for (a, b) in responses.iter_mut().zip(r) {
                 *a += b;
@@ -296,6 +339,21 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     drop(chans);
     drop(server);
 
+    // The peers, same clients, same resources, same changes.
+    let plan = peer::Plan {
+        clients: n,
+        per_connection: per,
+        connections: conns,
+        is_delta: &is_delta,
+        initial: &initial,
+        steps: &steps,
+        change_limit: Duration::from_secs(args.peer_change_limit_secs),
+    };
+    let mut peers = Vec::new();
+    for (name, bin) in &peer_bins {
+        peers.push(peer::measure(name, bin, &plan).await);
+    }
+
     // The floor, same clients, same bytes.
     let push_bytes = results.first().map_or(1024, |r| r.push_bytes.max(64));
     let floor_server = Server::floor(args.mode == Mode::Delta, config_bytes.max(64), push_bytes)?;
@@ -303,9 +361,11 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let fprobe = Probe::new();
     let fchans = channels(floor_server.xds, conns).await?;
     let mut ftasks = JoinSet::new();
+    // SotW sinks acknowledge with the EDS names tributary's SotW proxies repeat in every EDS ACK.
+    let ack_names = wire::encode_names(3, &initial[1].keys().cloned().collect::<Vec<_>>());
     let t0 = Instant::now();
     spawn_clients(&mut ftasks, &fchans, n, per, |ch, i| {
-        floor::sink(ch, i, is_delta(i), Arc::clone(&fprobe))
+        floor::sink(ch, i, is_delta(i), ack_names.clone(), Arc::clone(&fprobe))
     });
     let last = wait_for("floor storm", n, &fprobe, Probe::synced_count).await?;
     let storm_floor = last.saturating_duration_since(t0);
@@ -343,6 +403,12 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         floor_rss_per_client_bytes: floor_rss_per_client,
         changes: results,
         floor_push: Stats::of(&fsamples),
+        floor_ack_bytes: if args.mode == Mode::Delta {
+            0
+        } else {
+            ack_names.len()
+        },
+        peers,
         load_tool_cpu_s: process::own_cpu(),
         wall_s: started.elapsed().as_secs_f64(),
         failed_streams: failed,

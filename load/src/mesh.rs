@@ -29,13 +29,15 @@ pub(crate) struct MeshSpec {
 }
 
 impl MeshSpec {
-    /// `small` = 100×1×5, `medium` = 1,000×2×10, `large` = 10,000×2×10.
+    /// `tiny` = 10×1×2 (smoke runs), `small` = 100×1×5, `medium` = 1,000×2×10,
+    /// `large` = 10,000×2×10.
     pub(crate) fn preset(name: &str) -> anyhow::Result<Self> {
         let (services, ports, endpoints) = match name {
+            "tiny" => (10, 1, 2),
             "small" => (100, 1, 5),
             "medium" => (1_000, 2, 10),
             "large" => (10_000, 2, 10),
-            other => anyhow::bail!("unknown preset {other:?}: small, medium or large"),
+            other => anyhow::bail!("unknown preset {other:?}: tiny, small, medium or large"),
         };
         Ok(Self {
             services,

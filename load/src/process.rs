@@ -1,4 +1,4 @@
-//! The server under test as a child process: tributary or the floor, with its RSS and CPU time read
+//! The server under test as a child process: tributary, a peer or the floor, with its RSS and CPU time read
 //! from `/proc`, so the load tool's own work is never counted against it.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -47,6 +47,49 @@ pub(crate) fn tributary_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> 
         me.display()
     );
     Ok(sibling)
+}
+
+/// Builds peer `name`'s server with cargo (release, its own workspace and `Cargo.lock` under
+/// `load/peers/<name>/`, into `target/peers/`) and returns the binary. Cargo makes it a no-op when
+/// nothing changed.
+pub(crate) fn peer_bin(name: &str) -> anyhow::Result<PathBuf> {
+    let load_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = load_dir.join("peers").join(name).join("Cargo.toml");
+    anyhow::ensure!(
+        manifest.exists(),
+        "no peer crate at {} (this tool finds its peers in its source tree)",
+        manifest.display()
+    );
+    let target = load_dir
+        .parent()
+        .context("the load crate sits in the repository")?
+        .join("target")
+        .join("peers");
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the cargo that runs this tool builds its peers; the load tool is its own edge"
+    )]
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("building peer {name}…");
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--quiet",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .context("running cargo to build the peer")?;
+    anyhow::ensure!(
+        status.success(),
+        "building peer {name} failed ({status}); rust-control-plane's protos need `protoc` \
+         (Debian: apt-get install protobuf-compiler)"
+    );
+    Ok(target.join("release").join(format!("peer-{name}")))
 }
 
 impl Server {
@@ -117,6 +160,55 @@ impl Server {
             admin: None,
             control: None,
         })
+    }
+
+    /// Starts a peer server (`load/peers/<name>/`, built by [`peer_bin`]) and waits until its ADS
+    /// port accepts connections. Returns it with the protocols it serves (`sotw`, `delta`), which
+    /// it prints first; `control` is its control-protocol address (`load/peers/control.rs`).
+    pub(crate) fn peer(bin: &Path) -> anyhow::Result<(Self, Vec<String>)> {
+        let (xds, control) = (free_addr()?, free_addr()?);
+        let mut child = Command::new(bin)
+            .arg("--xds")
+            .arg(xds.to_string())
+            .arg("--control")
+            .arg(control.to_string())
+            .env("RUST_LOG", "warn")
+            // rust-control-plane's stream tasks panic when a client goes away: one line, no trace
+            .env("RUST_BACKTRACE", "0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let stdout = child.stdout.take().context("peer stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let server = Server {
+            child,
+            xds,
+            admin: None,
+            control: Some(control),
+        };
+        let protocols = line
+            .trim()
+            .strip_prefix("protocols=")
+            .with_context(|| format!("{} did not say what it serves", bin.display()))?
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        let deadline = Instant::now() + START_LIMIT;
+        while TcpStream::connect_timeout(&xds, Duration::from_secs(2)).is_err() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{} does not accept connections on {xds}",
+                bin.display()
+            );
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "a blocking wait in the load tool's synchronous driver, on no runtime"
+            )]
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok((server, protocols))
     }
 
     /// A plain HTTP GET on the admin port: (status, body).

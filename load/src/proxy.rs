@@ -18,6 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 use crate::probe::{Marker, Probe};
+use crate::recorder::Recorder;
 use crate::wire::{self, CDS, EDS, LDS, RDS, RawCodec, Response};
 
 const SOTW_PATH: &str =
@@ -109,6 +110,8 @@ struct State {
     got: [bool; 4],
     synced: bool,
     epoch_seen: u64,
+    /// Keeps what this proxy receives, for the peers (one proxy per run has one).
+    recorder: Option<Arc<Recorder>>,
 }
 
 fn index(type_url: &str) -> Option<usize> {
@@ -139,6 +142,9 @@ impl State {
         let Some(i) = index(&r.type_url) else {
             return Ok(());
         };
+        if let Some(rec) = &self.recorder {
+            rec.record(&r, false);
+        }
         self.last[i] = (r.version.clone(), r.nonce.clone());
         self.held_bytes[i] = r.len;
         self.got[i] = true;
@@ -182,6 +188,9 @@ impl State {
         let Some(i) = index(&r.type_url) else {
             return Ok(());
         };
+        if let Some(rec) = &self.recorder {
+            rec.record(&r, true);
+        }
         self.last[i] = (r.version.clone(), r.nonce.clone());
         self.held_bytes[i] = self.held_bytes[i].max(r.len);
         self.got[i] = true;
@@ -266,15 +275,17 @@ impl State {
     }
 }
 
-/// Runs one simulated proxy until its stream ends; failures are reported to `probe`.
+/// Runs one simulated proxy until its stream ends; failures are reported to `probe`. With a
+/// `recorder`, every response it receives is also recorded there.
 pub(crate) async fn run(
     channel: Channel,
     id: usize,
     delta: bool,
     probe: Arc<Probe>,
     cache: Arc<NameCache>,
+    recorder: Option<Arc<Recorder>>,
 ) {
-    if let Err(e) = run_inner(channel, id, delta, Arc::clone(&probe), cache).await {
+    if let Err(e) = run_inner(channel, id, delta, Arc::clone(&probe), cache, recorder).await {
         probe.fail(format!("proxy {id}: {e}"));
     }
 }
@@ -285,6 +296,7 @@ async fn run_inner(
     delta: bool,
     probe: Arc<Probe>,
     cache: Arc<NameCache>,
+    recorder: Option<Arc<Recorder>>,
 ) -> Result<(), String> {
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(usize::MAX);
     grpc.ready().await.map_err(|e| e.to_string())?;
@@ -302,6 +314,7 @@ async fn run_inner(
         got: [false; 4],
         synced: false,
         epoch_seen: 0,
+        recorder,
     };
     let node = wire::node(&format!("load-{}", state.id));
     let empty = Bytes::new();

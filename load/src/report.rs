@@ -1,5 +1,7 @@
-//! Summaries: percentiles, the table printed at the end, and the JSON line for scripts.
+//! Summaries: percentiles, the table printed at the end (tributary, the floor and each peer per
+//! measure), and the JSON line for scripts.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -46,6 +48,54 @@ pub(crate) struct ChangeResult {
     pub push_bytes: usize,
 }
 
+/// One kind of change as a peer served it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct PeerChange {
+    pub change: &'static str,
+    /// `None` when no sample reached every proxy (see `note`).
+    pub convergence: Option<Stats>,
+    /// Server CPU seconds per event (events the peer did deliver).
+    pub server_cpu_s: f64,
+    /// Why there is no figure, e.g. the change never reached the proxies.
+    pub note: Option<String>,
+}
+
+/// A peer control plane (`load/peers/<name>/`) measured in the same run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct PeerReport {
+    pub name: String,
+    /// Protocols its library serves, as the peer reported them.
+    pub protocols: Vec<String>,
+    /// Why it was not measured, or where its run stopped.
+    pub note: Option<String>,
+    pub storm_s: Option<f64>,
+    pub config_bytes_per_client: usize,
+    /// RSS once it holds the mesh, before any client.
+    pub rss_idle_bytes: u64,
+    pub rss_per_client_bytes: Option<f64>,
+    pub changes: Vec<PeerChange>,
+}
+
+/// A peer's figure for one measure, or a short reason it has none.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Cell {
+    pub value: Option<f64>,
+    pub note: Option<String>,
+}
+
+/// One row of the table: tributary, the floor (where there is one) and every peer.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Measure {
+    pub measure: String,
+    /// `s`, `ms` or `bytes`.
+    pub unit: &'static str,
+    pub tributary: f64,
+    pub floor: Option<f64>,
+    /// tributary ÷ floor.
+    pub ratio_to_floor: Option<f64>,
+    pub peers: BTreeMap<String, Cell>,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Report {
@@ -62,6 +112,10 @@ pub(crate) struct Report {
     pub floor_rss_per_client_bytes: f64,
     pub changes: Vec<ChangeResult>,
     pub floor_push: Stats,
+    /// Size of each SotW floor client's ACKs: the EDS `resource_names` list tributary's SotW
+    /// proxies repeat (0 in delta mode).
+    pub floor_ack_bytes: usize,
+    pub peers: Vec<PeerReport>,
     pub load_tool_cpu_s: f64,
     pub wall_s: f64,
     pub failed_streams: usize,
@@ -75,47 +129,185 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+fn fmt_value(unit: &str, v: f64) -> String {
+    match unit {
+        "s" => format!("{v:.3}s"),
+        "ms" => format!("{v:.1}ms"),
+        "bytes" => format!("{:.1}KB", v / 1e3),
+        _ => format!("{v:.3}"),
+    }
+}
+
+/// The peer cell of a change measure.
+fn change_cell(p: &PeerReport, change: &str, pick: impl Fn(&PeerChange) -> Option<f64>) -> Cell {
+    match p.changes.iter().find(|c| c.change == change) {
+        Some(c) => match pick(c) {
+            Some(v) => Cell {
+                value: Some(v),
+                note: c.note.clone(),
+            },
+            None => Cell {
+                value: None,
+                note: Some(c.note.clone().unwrap_or_else(|| "-".into())),
+            },
+        },
+        None => Cell {
+            value: None,
+            note: Some(p.note.clone().unwrap_or_else(|| "not measured".into())),
+        },
+    }
+}
+
+/// The peer cell of a whole-run measure.
+fn run_cell(p: &PeerReport, v: Option<f64>) -> Cell {
+    Cell {
+        value: v,
+        note: v
+            .is_none()
+            .then(|| p.note.clone().unwrap_or_else(|| "not measured".into())),
+    }
+}
+
 impl Report {
+    /// Every measure, tributary beside the floor and the peers: the rows of the table and the
+    /// `measures` of the JSON line.
+    pub(crate) fn measures(&self) -> Vec<Measure> {
+        let row = |measure: String,
+                   unit: &'static str,
+                   tributary: f64,
+                   floor: Option<f64>,
+                   peer: &dyn Fn(&PeerReport) -> Cell| Measure {
+            measure,
+            unit,
+            tributary,
+            floor,
+            ratio_to_floor: floor.filter(|f| *f > 0.0).map(|f| tributary / f),
+            peers: self
+                .peers
+                .iter()
+                .map(|p| (p.name.clone(), peer(p)))
+                .collect(),
+        };
+        let mut out = vec![
+            row(
+                "cold-start storm (last synced)".into(),
+                "s",
+                self.storm_s,
+                Some(self.storm_floor_s),
+                &|p| run_cell(p, p.storm_s),
+            ),
+            row(
+                "memory per client (full config)".into(),
+                "bytes",
+                self.rss_per_client_bytes,
+                Some(self.floor_rss_per_client_bytes),
+                &|p| run_cell(p, p.rss_per_client_bytes),
+            ),
+            row(
+                "config received per client".into(),
+                "bytes",
+                self.config_bytes_per_client as f64,
+                Some(self.config_bytes_per_client as f64),
+                &|p| run_cell(p, p.storm_s.map(|_| p.config_bytes_per_client as f64)),
+            ),
+        ];
+        for c in &self.changes {
+            let floor = (c.change == "endpoint").then_some(self.floor_push);
+            out.push(row(
+                format!("{} change p50 (n={})", c.change, c.convergence.n),
+                "ms",
+                c.convergence.p50_ms,
+                floor.map(|f| f.p50_ms),
+                &|p| change_cell(p, c.change, |pc| pc.convergence.map(|s| s.p50_ms)),
+            ));
+            out.push(row(
+                format!("{} change p99", c.change),
+                "ms",
+                c.convergence.p99_ms,
+                floor.map(|f| f.p99_ms),
+                &|p| change_cell(p, c.change, |pc| pc.convergence.map(|s| s.p99_ms)),
+            ));
+            out.push(row(
+                format!("{} server CPU per event", c.change),
+                "s",
+                c.server_cpu_s,
+                None,
+                &|p| {
+                    change_cell(p, c.change, |pc| {
+                        pc.convergence.is_some().then_some(pc.server_cpu_s)
+                    })
+                },
+            ));
+        }
+        out
+    }
+
     pub(crate) fn print_table(&self) {
         println!();
         println!(
             "tributary-load: mesh {}, {} {} clients over {} connections, debounce {}",
             self.mesh, self.clients, self.mode, self.connections, self.debounce
         );
-        println!(
-            "{:<34} {:>12} {:>12} {:>10}",
+        let mut header = format!(
+            "{:<34} {:>12} {:>12} {:>8}",
             "measure", "tributary", "floor", "ratio"
         );
-        println!(
-            "{:<34} {:>11.3}s {:>11.3}s {:>10}",
-            "cold-start storm (last synced)",
-            self.storm_s,
-            self.storm_floor_s,
-            ratio(self.storm_s, self.storm_floor_s)
-        );
-        println!(
-            "{:<34} {:>10.1}KB {:>10.1}KB {:>10}",
-            "memory per client (full config)",
-            self.rss_per_client_bytes / 1e3,
-            self.floor_rss_per_client_bytes / 1e3,
-            ratio(self.rss_per_client_bytes, self.floor_rss_per_client_bytes)
-        );
+        for p in &self.peers {
+            header.push_str(&format!(" {:>20}", p.name));
+        }
+        println!("{header}");
+        for m in self.measures() {
+            let mut line = format!(
+                "{:<34} {:>12} {:>12} {:>8}",
+                m.measure,
+                fmt_value(m.unit, m.tributary),
+                m.floor.map_or("-".into(), |f| fmt_value(m.unit, f)),
+                m.floor.map_or("-".into(), |f| ratio(m.tributary, f)),
+            );
+            for p in &self.peers {
+                let cell = m.peers.get(&p.name).cloned().unwrap_or_default();
+                let short = |n: &str| n.split(':').next().unwrap_or("-").to_owned();
+                let text = match (cell.value, cell.note) {
+                    (Some(v), None) => fmt_value(m.unit, v),
+                    // some changes of this kind arrived, then one did not
+                    (Some(v), Some(n)) => format!("{}, then {}", fmt_value(m.unit, v), short(&n)),
+                    (None, Some(n)) => short(&n),
+                    (None, None) => "-".into(),
+                };
+                line.push_str(&format!(" {text:>20}"));
+            }
+            println!("{line}");
+        }
         for c in &self.changes {
-            let floor = (c.change == "endpoint").then_some(self.floor_push);
             println!(
-                "{:<34} {:>10.1}ms {:>12} {:>10}",
-                format!("{} change p50 (n={})", c.change, c.convergence.n),
-                c.convergence.p50_ms,
-                floor.map_or("-".into(), |f| format!("{:.1}ms", f.p50_ms)),
-                floor.map_or("-".into(), |f| ratio(c.convergence.p50_ms, f.p50_ms)),
+                "tributary {}: responses cds/eds/lds/rds {:?}, {} B each, max {:.1}ms",
+                c.change, c.responses, c.push_bytes, c.convergence.max_ms
             );
+        }
+        if self.floor_ack_bytes > 0 {
             println!(
-                "{:<34} {:>10.1}ms / {:.1}ms",
-                "    p99 / max", c.convergence.p99_ms, c.convergence.max_ms
+                "floor: SotW ACKs of {} B (the EDS names tributary's proxies repeat), read undecoded",
+                self.floor_ack_bytes
             );
+        }
+        for p in &self.peers {
+            let notes: Vec<String> = p
+                .note
+                .iter()
+                .cloned()
+                .chain(
+                    p.changes
+                        .iter()
+                        .filter_map(|c| c.note.as_ref().map(|n| format!("{}: {n}", c.change))),
+                )
+                .collect();
             println!(
-                "{:<34} {:>11.3}s   responses cds/eds/lds/rds {:?}, {} B each",
-                "    server CPU per event", c.server_cpu_s, c.responses, c.push_bytes
+                "peer {} (serves {}): idle RSS {:.1} MB{}{}",
+                p.name,
+                p.protocols.join("+"),
+                p.rss_idle_bytes as f64 / 1e6,
+                if notes.is_empty() { "" } else { "; " },
+                notes.join("; ")
             );
         }
         println!(
@@ -132,8 +324,19 @@ impl Report {
         );
     }
 
+    /// The report and its [`measures`](Self::measures) as one JSON line.
     pub(crate) fn print_json(&self) {
-        match serde_json::to_string(self) {
+        #[derive(Serialize)]
+        struct Line<'a> {
+            #[serde(flatten)]
+            report: &'a Report,
+            measures: Vec<Measure>,
+        }
+        let line = Line {
+            report: self,
+            measures: self.measures(),
+        };
+        match serde_json::to_string(&line) {
             Ok(line) => println!("{line}"),
             Err(e) => eprintln!("cannot write JSON: {e}"),
         }

@@ -177,6 +177,19 @@ impl Response {
         field_string(&mut value, 1)
     }
 
+    /// Resource `i` as (name, encoded resource message): the `Any`'s value, for SotW the `Any`
+    /// itself and for delta the `Resource.resource` (2) field's.
+    pub(crate) fn resource(&self, i: usize, delta: bool) -> Option<(String, Bytes)> {
+        let name = self.name(i, delta)?;
+        let mut buf = self.resources.get(i)?.clone();
+        let mut any = if delta {
+            field_bytes(&mut buf, 2)?
+        } else {
+            buf
+        };
+        Some((name, field_bytes(&mut any, 2)?))
+    }
+
     /// Every resource name, in order.
     pub(crate) fn names(&self, delta: bool) -> Vec<String> {
         (0..self.resources.len())
@@ -315,6 +328,9 @@ mod tests {
             ("v", "n", CDS)
         );
         assert_eq!(r.names(false), ["c1", "c2"]);
+        let (name, value) = r.resource(1, false).unwrap();
+        assert_eq!(name, "c2");
+        assert_eq!(Cluster::decode(value).unwrap().name, "c2");
         assert_eq!(r.len, sotw.len());
         let delta = DeltaDiscoveryResponse {
             system_version_info: "sv".into(),
@@ -332,6 +348,9 @@ mod tests {
         .encode_to_vec();
         let r = Response::parse(Bytes::from(delta), true).unwrap();
         assert_eq!(r.names(true), ["c3"]);
+        let (name, value) = r.resource(0, true).unwrap();
+        assert_eq!(name, "c3");
+        assert_eq!(Cluster::decode(value).unwrap().alt_stat_name, "x");
         assert_eq!(r.removed, ["gone"]);
         assert!(Response::parse(Bytes::from_static(&[0x12, 0x50, 1]), false).is_err());
     }
