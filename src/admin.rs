@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tributary_registries::config_store::ConfigStore;
 
 use crate::aggregate::RegistriesView;
 use crate::config::Config;
@@ -59,6 +60,8 @@ pub struct AdminState {
     pub config: Arc<Config>,
     /// Cancelled when shutdown starts: `/ready` turns 503 first (TRANS-8).
     pub draining: CancellationToken,
+    /// The traffic rules every config source holds, merged: `/debug/configz` shows them.
+    pub rules: ConfigStore,
 }
 
 /// Whether a node id matches what an operator typed as `proxyID`: the id itself, or istioctl's

@@ -77,8 +77,9 @@ pub enum Command {
     ///
     /// `tributary agent --xds-addr tributary.mesh:15010 --consul-service web --consul-port 8080`
     Agent(Box<AgentArgs>),
-    /// Check a config file, mock registry files or Istio ServiceEntry/WorkloadEntry YAML without
-    /// running them; print every problem as `file:line: message` and exit 1 if there is any.
+    /// Check a config file, mock registry files or Istio YAML (ServiceEntry, WorkloadEntry,
+    /// DestinationRule, VirtualService) without running them; print every problem as
+    /// `file:line: message` and exit 1 if there is any.
     ///
     /// `tributary validate --config tributary.yaml ./istio-config/`
     Validate(ValidateArgs),

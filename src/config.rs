@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tributary_registries::config_source::{self, ConfigSourceConfig};
 use tributary_registries::duration;
 use tributary_registries::mock::MockConfig;
 
@@ -66,6 +67,12 @@ pub struct Config {
     pub admin_addr: SocketAddr,
     /// The registries, in merge order: the first that knows a hostname defines its attributes.
     pub registries: Vec<RegistryConfig>,
+    /// Where Istio config objects come from, as istiod's MeshConfig `configSources`:
+    /// `{address: fs:///dir}` or `{address: k8s://}` (with `kubeconfig`, `context`,
+    /// `namespaces`). Each runs as a registry after `registries` (named by its address): its
+    /// ServiceEntries and WorkloadEntries are services, its DestinationRules and VirtualServices
+    /// traffic rules.
+    pub config_sources: Vec<ConfigSourceConfig>,
     /// How bursts of changes are coalesced into pushes.
     pub debounce: DebounceSettings,
     /// How long to wait for a registry's initial sync before serving without it (loudly).
@@ -102,6 +109,7 @@ impl Default for Config {
             xds_addr: DEFAULT_XDS_ADDR.parse().expect("constant address parses"),
             admin_addr: DEFAULT_ADMIN_ADDR.parse().expect("constant address parses"),
             registries: Vec::new(),
+            config_sources: Vec::new(),
             debounce: DebounceSettings::default(),
             sync_timeout: Duration::from_secs(30),
             send_unhealthy_endpoints: false,
@@ -152,7 +160,7 @@ impl Config {
     /// invalid, with its file and line. Start-up runs this, so bad input is an exit, not an
     /// empty mesh; a file that breaks later only degrades its registry.
     pub fn check_sources(&self) -> Result<(), ConfigError> {
-        for r in &self.registries {
+        for r in &self.all_registries() {
             r.check_sources()
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         }
@@ -210,7 +218,21 @@ impl Config {
 
     /// Whether the demo mesh is served: no config file and no registry (no `--mock-file`).
     pub fn is_demo(&self) -> bool {
-        self.registries.is_empty() && !self.from_file
+        self.registries.is_empty() && self.config_sources.is_empty() && !self.from_file
+    }
+
+    /// `registries`, then one ServiceEntry registry per config source (see
+    /// [`tributary_registries::config_source`]): what the registry supervisor runs, in merge
+    /// order. Sources whose address is invalid are left out (`validate` refuses them).
+    pub fn all_registries(&self) -> Vec<RegistryConfig> {
+        let mut out = self.registries.clone();
+        out.extend(
+            self.config_sources
+                .iter()
+                .filter_map(|s| s.registry_config().ok())
+                .map(|c| RegistryConfig::ServiceEntry(Box::new(c))),
+        );
+        out
     }
 
     /// Checks that the values make sense together.
@@ -229,14 +251,17 @@ impl Config {
                 d.endpoint_debounce_after, d.debounce_max
             )));
         }
+        config_source::registry_configs(&self.config_sources)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let mut names = std::collections::BTreeSet::new();
-        for r in &self.registries {
+        for r in &self.all_registries() {
             r.validate()
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             let name = r.name();
             if !names.insert(name.to_string()) {
                 return Err(ConfigError::Invalid(format!(
-                    "two registries are named {name:?}; give each a unique `name`"
+                    "two registries (or a registry and a config source) are named {name:?}; give \
+                     each a unique `name`"
                 )));
             }
         }
@@ -291,6 +316,33 @@ mod tests {
     use tributary_registries::consul::ConsulConfig;
 
     use super::*;
+
+    #[test]
+    fn config_sources_run_as_registries_after_the_registries() {
+        let c = Config::from_yaml(
+            "registries:\n  - {type: service_entry, name: se, directory: /etc/se}\n\
+             config_sources:\n  - address: fs:///etc/istio\n  - {address: 'k8s://', namespaces: [shop]}\n",
+        )
+        .unwrap();
+        assert!(!c.is_demo());
+        let all = c.all_registries();
+        let names: Vec<&str> = all.iter().map(RegistryConfig::name).collect();
+        assert_eq!(names, ["se", "fs:///etc/istio", "k8s://"]);
+        let RegistryConfig::ServiceEntry(k8s) = &all[2] else {
+            panic!("a config source is a ServiceEntry registry: {all:?}");
+        };
+        let crds = k8s.kubernetes.as_ref().expect("k8s:// reads CRDs");
+        assert_eq!(crds.namespaces, ["shop"]);
+
+        let err = |yaml: &str| Config::from_yaml(yaml).unwrap_err().to_string();
+        assert!(
+            err("config_sources: [{address: 'xds://istiod:15010'}]").contains("not supported yet")
+        );
+        assert!(err("config_sources: [{address: 'fs://etc'}]").contains("absolute"));
+        let clash = "registries:\n  - {type: service_entry, name: 'k8s://', directory: /x}\n\
+                     config_sources: [{address: 'k8s://'}]\n";
+        assert!(err(clash).contains("unique"), "{}", err(clash));
+    }
 
     #[test]
     fn empty_file_is_all_defaults_and_demo() {

@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 use tributary_registries::RegistryId;
+use tributary_registries::config_store::ConfigStore;
 use tributary_registries::mock::{self, MockControl, MockHandle};
 
 use crate::admin::{self, AdminState};
@@ -131,7 +132,7 @@ pub async fn run_with_faults(
     json_logs: bool,
 ) -> anyhow::Result<()> {
     let demo = config.is_demo();
-    if config.registries.is_empty() && !demo {
+    if config.registries.is_empty() && config.config_sources.is_empty() && !demo {
         warn!("the config file configures no registries: serving an empty mesh");
     }
     let mut running = start_inner(config, source, faults).await?;
@@ -228,14 +229,17 @@ async fn start_inner(
     let (events_tx, events_rx) = mpsc::channel(REGISTRY_EVENTS_CAPACITY);
     let (push_tx, push_rx) = mpsc::channel(PUSH_REQUESTS_CAPACITY);
 
-    let order = config
-        .registries
+    let all_registries = config.all_registries();
+    let order: Vec<RegistryId> = all_registries
         .iter()
         .map(|rc| RegistryId::new(rc.name()))
         .collect();
+    let (rules, rules_rx) = ConfigStore::new();
+    rules.set_order(order.clone());
     let (commands_tx, commands_rx) = CommandSender::channel(RELOAD_COMMANDS_CAPACITY);
     let (supervisor, mocks) = registries::Supervisor::start(
-        &config.registries,
+        &all_registries,
+        rules.clone(),
         events_tx,
         commands_tx,
         shutdown.clone(),
@@ -270,7 +274,7 @@ async fn start_inner(
         cancellable(
             faults.wrap(
                 "builder",
-                run_builder(push_rx, store.clone(), MeshBuilder::new(options)),
+                run_builder(push_rx, rules_rx, store.clone(), MeshBuilder::new(options)),
             ),
             shutdown.clone(),
         )
@@ -309,6 +313,7 @@ async fn start_inner(
         xds: Arc::new(xds.connections()),
         config: Arc::new(config),
         draining: draining.clone(),
+        rules,
     };
     let t = tasks.spawn(
         faults

@@ -21,6 +21,8 @@
 #![forbid(unsafe_code)]
 
 mod config;
+pub mod config_source;
+pub mod config_store;
 pub mod consul;
 pub mod duration;
 pub mod kubernetes;
@@ -28,6 +30,11 @@ pub mod metrics;
 pub mod mock;
 pub mod model;
 mod registry;
+#[allow(
+    missing_docs,
+    reason = "serde mirrors of Istio's DestinationRule and VirtualService fields (Istio's API reference documents them); their own docs are still to write"
+)]
+pub mod rules;
 pub mod serviceentry;
 mod support;
 #[cfg(any(test, feature = "test-util"))]

@@ -2,6 +2,12 @@
 //! (`networking.istio.io/v1`, also `v1beta1` / `v1alpha3`), accepted unchanged from a watched
 //! directory of manifests and from a cluster's CRDs, converted the way istiod converts them.
 //!
+//! It is also the config store's reader: every config source (`config_sources:`, see
+//! [`crate::config_source`]) runs as one instance. The same directory and CRD machinery reads
+//! `DestinationRule` and `VirtualService` objects too; they are validated with
+//! [`crate::rules`]' checks, reported like the others when invalid (keeping their last valid
+//! version), and the valid ones are published to the [`crate::config_store::ConfigStore`].
+//!
 //! # Shape
 //!
 //! - `types`: the objects as written; `parse`: manifest text (or a CRD's JSON) → checked objects,
@@ -29,7 +35,7 @@
 //! other entry); writing status conditions back to the CRDs (read-only access suffices).
 
 mod catalog;
-mod checks;
+pub(crate) mod checks;
 mod cluster;
 mod config;
 mod convert;
@@ -53,6 +59,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::config::{AdapterConfig, BuiltRegistry, RegistryConfigError};
+use crate::config_store::RulePublisher;
 use crate::model::RegistryId;
 use crate::registry::{Registry, RegistryError, RegistrySink};
 
@@ -74,6 +81,7 @@ use worker::{ClusterSource, FileSource, Worker};
 #[derive(Debug, Clone)]
 pub struct ServiceEntryRegistry {
     config: ServiceEntryConfig,
+    rules: Option<RulePublisher>,
 }
 
 impl AdapterConfig for ServiceEntryConfig {
@@ -102,7 +110,17 @@ impl AdapterConfig for ServiceEntryConfig {
 impl ServiceEntryRegistry {
     /// A registry for `config` (validated when it runs).
     pub fn new(config: ServiceEntryConfig) -> Self {
-        Self { config }
+        Self {
+            config,
+            rules: None,
+        }
+    }
+
+    /// Publishes the valid DestinationRules and VirtualServices it reads to `rules` (without,
+    /// they are still validated and reported, but go nowhere).
+    pub fn with_rules(mut self, rules: RulePublisher) -> Self {
+        self.rules = Some(rules);
+        self
     }
 
     async fn start(self, sink: RegistrySink) -> Result<(), RegistryError> {
@@ -145,7 +163,10 @@ impl ServiceEntryRegistry {
             crds = c.kubernetes.is_some(),
             "ServiceEntry registry starting"
         );
-        Worker::new(ctx, sink, files, cluster).run().await
+        Worker::new(ctx, sink, files, cluster)
+            .with_rules(self.rules)
+            .run()
+            .await
     }
 }
 

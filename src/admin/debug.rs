@@ -71,8 +71,11 @@ pub(super) fn registryz(state: &AdminState) -> Value {
 }
 
 /// `/debug/configz`: the effective configuration, plus `rejected`: every config object a registry
-/// currently rejects (a ServiceEntry with a bad field, a half-written file), with the registry,
-/// where the object came from, the field and why (REG-11).
+/// or config source currently rejects (a ServiceEntry or VirtualService with a bad field, a
+/// half-written file), with the registry, where the object came from, the field and why
+/// (REG-11); plus `rules`: every DestinationRule and VirtualService served, merged from every
+/// config source, each with its source and whole spec (`exportTo` and `workloadSelector`
+/// included: stored and shown here, not applied).
 pub(super) fn configz(state: &AdminState) -> Value {
     let view = state.registries.load();
     let rejected: Vec<Value> = view
@@ -94,6 +97,7 @@ pub(super) fn configz(state: &AdminState) -> Value {
     let mut out = json!(*state.config);
     if let Value::Object(map) = &mut out {
         map.insert("rejected".to_string(), Value::Array(rejected));
+        map.insert("rules".to_string(), json!(*state.rules.current()));
     }
     out
 }

@@ -50,6 +50,7 @@ fn admin(config: Config) -> Admin {
         xds: Arc::new(connections.clone()),
         config: Arc::new(config),
         draining: CancellationToken::new(),
+        rules: tributary_registries::config_store::ConfigStore::new().0,
     };
     Admin { state, connections }
 }

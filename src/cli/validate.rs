@@ -1,10 +1,11 @@
 //! `tributary validate [--config F] [FILE|DIR ...]`: checks a config file (and the files its
-//! registries name), mock registry files and Istio ServiceEntry/WorkloadEntry YAML without
-//! running anything, prints every problem as `file:line: message`, and fails when there is any
-//! (as `istioctl analyze` and `envoy --mode validate` do).
+//! registries and config sources name), mock registry files and Istio YAML (ServiceEntry,
+//! WorkloadEntry, DestinationRule, VirtualService) without running anything, prints every
+//! problem as `file:line: message`, and fails when there is any (as `istioctl analyze` and
+//! `envoy --mode validate` do).
 //!
 //! A file's kind is recognised by its content: documents with `kind: ServiceEntry` or
-//! `WorkloadEntry` are Istio config, a top-level `services:` is a mock registry file, anything
+//! `WorkloadEntry`, or any `networking.istio.io` `apiVersion`, are Istio config, a top-level `services:` is a mock registry file, anything
 //! else must be a tributary config file.
 
 use std::path::{Path, PathBuf};
@@ -26,7 +27,8 @@ pub struct ValidateArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Files or directories (their `.yaml`, `.yml` and `.json` files) to check: mock registry
-    /// files, Istio ServiceEntry/WorkloadEntry manifests or config files.
+    /// files, Istio manifests (ServiceEntry, WorkloadEntry, DestinationRule, VirtualService) or
+    /// config files.
     #[arg(value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 }
@@ -169,7 +171,8 @@ fn check_config(path: &Path, out: &mut Vec<String>) {
     if let Err(e) = config.check_sources() {
         out.push(format!("{}: {e}", path.display()));
     }
-    for r in &config.registries {
+    // `config_sources` entries too: a `fs://` source reads its directory as this registry does.
+    for r in &config.all_registries() {
         let RegistryConfig::ServiceEntry(se) = r else {
             continue;
         };

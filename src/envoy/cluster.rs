@@ -36,6 +36,19 @@ pub fn clusters_for(
     opts: &GenerateOptions,
     issues: &mut Vec<ConfigIssue>,
 ) -> Vec<EncodedResource> {
+    cluster_protos(svc, opts, issues)
+        .into_iter()
+        .map(|(_, cluster)| EncodedResource::encode(ResourceType::Cluster, &cluster.name, &cluster))
+        .collect()
+}
+
+/// What [`clusters_for`] encodes, before encoding, each with its port: traffic rules change these
+/// (`crate::traffic`).
+pub(crate) fn cluster_protos(
+    svc: &MergedService,
+    opts: &GenerateOptions,
+    issues: &mut Vec<ConfigIssue>,
+) -> Vec<(ServicePort, Cluster)> {
     let ports = distinct_ports(&svc.service, Some(issues));
     let targets = match svc.service.resolution {
         Resolution::Dns | Resolution::DnsRoundRobin => {
@@ -45,10 +58,7 @@ pub fn clusters_for(
     };
     ports
         .into_iter()
-        .map(|port| {
-            let cluster = cluster(svc, port, &targets, opts, issues);
-            EncodedResource::encode(ResourceType::Cluster, &cluster.name, &cluster)
-        })
+        .map(|port| (port.clone(), cluster(svc, port, &targets, opts, issues)))
         .collect()
 }
 

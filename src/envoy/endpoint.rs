@@ -35,6 +35,19 @@ pub fn load_assignments_for(
     opts: &GenerateOptions,
     issues: &mut Vec<ConfigIssue>,
 ) -> Vec<EncodedResource> {
+    load_assignment_protos(svc, opts, issues)
+        .into_iter()
+        .map(|(_, cla)| EncodedResource::encode(ResourceType::Endpoint, &cla.cluster_name, &cla))
+        .collect()
+}
+
+/// What [`load_assignments_for`] encodes, before encoding, each with its port: traffic rules
+/// make subset assignments from these (`crate::traffic`).
+pub(crate) fn load_assignment_protos(
+    svc: &MergedService,
+    opts: &GenerateOptions,
+    issues: &mut Vec<ConfigIssue>,
+) -> Vec<(ServicePort, ClusterLoadAssignment)> {
     if svc.service.resolution != Resolution::Static {
         return Vec::new();
     }
@@ -45,11 +58,11 @@ pub fn load_assignments_for(
             let name = cluster_name(port.port, &svc.service.hostname);
             let drafts = drafts(svc, &targets, port, opts, issues);
             let cla = ClusterLoadAssignment {
-                cluster_name: name.clone(),
+                cluster_name: name,
                 endpoints: group_by_locality(drafts, &svc.service.hostname, port, issues),
                 ..Default::default()
             };
-            EncodedResource::encode(ResourceType::Endpoint, &name, &cla)
+            (port.clone(), cla)
         })
         .collect()
 }

@@ -8,6 +8,8 @@ use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds, http_connection_manager, http_filter,
@@ -17,6 +19,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{TcpPro
 use super::naming::{cluster_name, listener_name, route_config_name};
 use super::pb::{ads, any, socket_address};
 use super::port_plan::{Member, PortPlan, plan};
+use super::rules;
 use super::{ConfigIssue, EncodedResource, ResourceType};
 use crate::aggregate::MergedService;
 
@@ -70,7 +73,7 @@ pub fn listener_for_port(
 }
 
 /// The HCM of an HTTP port: routes from RDS `"<port>"` over ADS, codec sniffed (HTTP/1.1 or h2c),
-/// the router as the only HTTP filter.
+/// then fault, CORS and the router.
 fn http_connection_manager(port: u16) -> HttpConnectionManager {
     HttpConnectionManager {
         stat_prefix: format!("outbound_{}", listener_name(port)),
@@ -79,13 +82,30 @@ fn http_connection_manager(port: u16) -> HttpConnectionManager {
             config_source: Some(ads()),
             route_config_name: route_config_name(port),
         })),
-        http_filters: vec![HttpFilter {
-            name: ROUTER_FILTER.to_string(),
-            config_type: Some(http_filter::ConfigType::TypedConfig(
-                any(&Router::default()),
-            )),
-            ..Default::default()
-        }],
+        // Fault and CORS do nothing until a route's per-filter config (from a VirtualService)
+        // asks them to; they are always there, as in istiod's sidecars, so that a rule change
+        // never has to change the listener.
+        http_filters: vec![
+            HttpFilter {
+                name: rules::FAULT_FILTER.to_string(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(any(
+                    &HttpFault::default(),
+                ))),
+                ..Default::default()
+            },
+            HttpFilter {
+                name: rules::CORS_FILTER.to_string(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(any(&Cors::default()))),
+                ..Default::default()
+            },
+            HttpFilter {
+                name: ROUTER_FILTER.to_string(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(
+                    any(&Router::default()),
+                )),
+                ..Default::default()
+            },
+        ],
         ..Default::default()
     }
 }
@@ -135,7 +155,10 @@ mod tests {
         };
         assert_eq!(rds.route_config_name, "8080");
         assert_eq!(rds.config_source, Some(ads()));
-        assert_eq!(hcm.http_filters[0].name, ROUTER_FILTER);
+        assert_eq!(
+            hcm.http_filters.last().map(|f| f.name.as_str()),
+            Some(ROUTER_FILTER)
+        );
     }
 
     #[test]

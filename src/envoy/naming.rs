@@ -13,6 +13,12 @@ pub fn cluster_name(port: u16, hostname: &Hostname) -> String {
     format!("outbound|{port}||{hostname}")
 }
 
+/// The cluster of one subset of `hostname` on `port`: `outbound|<port>|<subset>|<hostname>`
+/// (Istio's `BuildSubsetKey`); its EDS service name is the same string.
+pub fn subset_cluster_name(port: u16, subset: &str, hostname: &Hostname) -> String {
+    format!("outbound|{port}|{subset}|{hostname}")
+}
+
 /// The logical listener of a port: `0.0.0.0_<port>`, even when the node binds elsewhere, because the
 /// name identifies the port, not the socket (a rebound listener must replace, not add, one).
 pub(super) fn listener_name(port: u16) -> String {

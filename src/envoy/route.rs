@@ -20,6 +20,8 @@ use envoy_types::pb::envoy::config::route::v3::{
     route_match,
 };
 
+use tributary_registries::ServicePort;
+
 use super::naming::{cluster_name, route_config_name, virtual_host_name};
 use super::pb::duration;
 use super::port_plan::{Member, PortPlan, plan};
@@ -36,6 +38,21 @@ pub fn route_config_for_port(
     services: &[&MergedService],
     issues: &mut Vec<ConfigIssue>,
 ) -> Option<EncodedResource> {
+    route_config_with_rules(port, services, &|_, _| None, issues)
+}
+
+/// The routes a traffic rule gives one service's virtual host on a port, in place of the default
+/// route (`None`: no rule, keep the default).
+pub type RouteSource<'a> = dyn Fn(&MergedService, &ServicePort) -> Option<Vec<Route>> + 'a;
+
+/// [`route_config_for_port`], with the routes of each virtual host taken from `rules` where it
+/// has some (`crate::traffic`).
+pub fn route_config_with_rules(
+    port: u16,
+    services: &[&MergedService],
+    rules: &RouteSource<'_>,
+    issues: &mut Vec<ConfigIssue>,
+) -> Option<EncodedResource> {
     let (plan, _reported_by_listener) = plan(port, services);
     let PortPlan::Http(members) = plan? else {
         return None;
@@ -44,7 +61,13 @@ pub fn route_config_for_port(
     let virtual_hosts = members
         .iter()
         .zip(owned)
-        .map(|(m, names)| virtual_host(port, m, names))
+        .map(|(m, names)| {
+            let mut vh = virtual_host(port, m, names);
+            if let Some(routes) = rules(m.svc, m.port) {
+                vh.routes = routes;
+            }
+            vh
+        })
         .collect();
     let name = route_config_name(port);
     let config = RouteConfiguration {

@@ -15,8 +15,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
+use tributary_registries::config_store::ConfigStore;
 use tributary_registries::mock::MockHandle;
-use tributary_registries::{RegistryId, RegistryMessage, RegistrySink};
+use tributary_registries::serviceentry::ServiceEntryRegistry;
+use tributary_registries::{BuiltRegistry, RegistryId, RegistryMessage, RegistrySink};
 
 use crate::aggregate::{AggregateCommand, CommandSender};
 use crate::config::{Config, ConfigError, Overrides, RegistryConfig};
@@ -71,6 +73,8 @@ pub(super) struct Supervisor {
     entries: HashMap<String, Entry>,
     order: Vec<String>,
     tasks: JoinSet<()>,
+    /// Where config sources publish their traffic rules.
+    rules: ConfigStore,
     events: mpsc::Sender<RegistryMessage>,
     commands: CommandSender,
     shutdown: CancellationToken,
@@ -81,6 +85,7 @@ impl Supervisor {
     /// Starts every registry of `registries`; returns the supervisor and the mock handles.
     pub(super) fn start(
         registries: &[RegistryConfig],
+        rules: ConfigStore,
         events: mpsc::Sender<RegistryMessage>,
         commands: CommandSender,
         shutdown: CancellationToken,
@@ -90,6 +95,7 @@ impl Supervisor {
             entries: HashMap::new(),
             order: Vec::new(),
             tasks: JoinSet::new(),
+            rules,
             events,
             commands,
             shutdown,
@@ -108,7 +114,21 @@ impl Supervisor {
 
     fn spawn(&mut self, rc: &RegistryConfig) -> Option<MockHandle> {
         let id = RegistryId::new(rc.name());
-        let built = rc.build();
+        let built = match rc {
+            // A config source (or the short-form `service_entry` registry) also publishes the
+            // traffic rules it reads to the config store.
+            RegistryConfig::ServiceEntry(sc) => {
+                let sc = (**sc).clone();
+                let rules = self.rules.publisher(id.clone());
+                BuiltRegistry {
+                    factory: Box::new(move || {
+                        Box::new(ServiceEntryRegistry::new(sc.clone()).with_rules(rules.clone()))
+                    }),
+                    mock: None,
+                }
+            }
+            _ => rc.build(),
+        };
         let stop = self.shutdown.child_token();
         let sink = RegistrySink::new(id.clone(), self.events.clone());
         let span = info_span!("registry", registry = %id);
@@ -139,6 +159,8 @@ impl Supervisor {
     /// Applies the registries of a reloaded config.
     pub(super) async fn apply(&mut self, new: &[RegistryConfig]) {
         let names: Vec<&str> = new.iter().map(RegistryConfig::name).collect();
+        self.rules
+            .set_order(names.iter().copied().map(RegistryId::new).collect());
         let removed: Vec<String> = self
             .order
             .iter()
@@ -150,6 +172,7 @@ impl Supervisor {
                 e.stop.cancel();
             }
             self.order.retain(|n| n != &name);
+            self.rules.remove(&RegistryId::new(&name));
             self.commands
                 .apply(AggregateCommand::Remove(RegistryId::new(&name)))
                 .await;
@@ -213,7 +236,7 @@ impl Supervisor {
                         ));
                     }
                     warn_restart_only(&current, &new);
-                    self.apply(&new.registries).await;
+                    self.apply(&new.all_registries()).await;
                     info!(path = %source.path.display(), "config reloaded");
                     current = new;
                 }
@@ -228,6 +251,7 @@ impl Supervisor {
 fn warn_restart_only(old: &Config, new: &Config) {
     let mut a = old.clone();
     a.registries = new.registries.clone();
+    a.config_sources = new.config_sources.clone();
     if &a != new {
         warn!("config reload changed settings other than registries; they apply after a restart");
     }

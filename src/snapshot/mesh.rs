@@ -10,18 +10,21 @@
 //! The builder runs on a blocking thread (encoding a large mesh is CPU work) and publishes each
 //! snapshot to the [`SnapshotStore`] before telling the aggregate it may send the next request.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
-use tributary_registries::Hostname;
+use tributary_registries::rules::{Rule, RuleSet};
+use tributary_registries::{Hostname, ServicePort};
 
 use super::listeners::{ListenerInputs, PortIndex};
 use super::{BuildInput, Snapshot, SnapshotBuilder, SnapshotStore};
 use crate::aggregate::{MergedService, PushRequest};
+use crate::envoy::rules::{self, RouteContext, RuleIndex, TrafficOptions};
 use crate::envoy::{self, ConfigIssue, EncodedResource, GenerateOptions, ResourceType};
 
 /// The default listener bind address; other addresses are per-node variants.
@@ -46,6 +49,9 @@ pub struct MeshBuilder {
     ports: PortIndex,
     produced: HashMap<Owner, Vec<(ResourceType, Arc<str>)>>,
     issues: BTreeMap<Owner, Vec<ConfigIssue>>,
+    /// The traffic rules in force, indexed by host.
+    rules: RuleIndex,
+    traffic: TrafficOptions,
 }
 
 impl MeshBuilder {
@@ -58,7 +64,15 @@ impl MeshBuilder {
             ports: PortIndex::new(),
             produced: HashMap::new(),
             issues: BTreeMap::new(),
+            rules: RuleIndex::default(),
+            traffic: TrafficOptions::default(),
         }
+    }
+
+    /// Sets what rules generate that they do not say themselves (istiod's default retries).
+    pub fn with_traffic_options(mut self, traffic: TrafficOptions) -> Self {
+        self.traffic = traffic;
+        self
     }
 
     /// Applies one push request's hostnames; returns the new snapshot, or `None` if the resources,
@@ -80,22 +94,94 @@ impl MeshBuilder {
                 None => self.services.remove(&host),
             };
             self.index_ports(&host, old.as_deref(), new.as_ref(), &mut dirty_ports);
-            let mut issues = Vec::new();
-            let mut resources = Vec::new();
-            if let Some(svc) = &new {
-                resources = envoy::clusters_for(svc, &self.options, &mut issues);
-                resources.extend(envoy::load_assignments_for(svc, &self.options, &mut issues));
-            }
-            self.replace(Owner::Host(host.clone()), resources, &mut input);
-            let api = new.as_deref().map(envoy::api_listeners_for);
-            self.replace(
-                Owner::Api(host.clone()),
-                api.unwrap_or_default(),
-                &mut input,
-            );
-            issues_changed |= self.set_issues(Owner::Host(host.clone()), issues);
+            issues_changed |= self.regenerate_host(&host, new.as_ref(), &mut input);
             input.services.push((host, new));
         }
+        self.finish(input, dirty_ports, issues_changed)
+    }
+
+    /// Replaces the traffic rules; regenerates what the rules that changed touch: the clusters
+    /// and load assignments of the hosts whose DestinationRule changed, the routes of the ports
+    /// of hosts whose VirtualService changed (and, when a DestinationRule changed, of every port
+    /// with a VirtualService, whose routes may hash by it). `None` when nothing came out
+    /// different, or when nothing has been built yet (the first push carries the rules).
+    pub fn set_rules(
+        &mut self,
+        rules: Arc<RuleSet>,
+        triggered_at: Instant,
+    ) -> Option<Arc<Snapshot>> {
+        let index = RuleIndex::new(&rules);
+        let old = std::mem::replace(&mut self.rules, index);
+        let mut hosts = Vec::new();
+        let mut dirty_ports = BTreeSet::new();
+        let mut any_dr_changed = false;
+        for (host, svc) in &self.services {
+            let ports = svc.service.ports.iter().map(|p| p.port);
+            if !same(
+                old.destination_rule(host),
+                self.rules.destination_rule(host),
+            ) {
+                hosts.push((host.clone(), Arc::clone(svc)));
+                dirty_ports.extend(ports.clone());
+                any_dr_changed = true;
+            }
+            if !same(old.virtual_service(host), self.rules.virtual_service(host)) {
+                dirty_ports.extend(ports);
+            }
+        }
+        if any_dr_changed {
+            for (host, svc) in &self.services {
+                if self.rules.virtual_service(host).is_some() {
+                    dirty_ports.extend(svc.service.ports.iter().map(|p| p.port));
+                }
+            }
+        }
+        // Nothing built yet: the first push carries the rules.
+        self.snapshots.current()?;
+        let mut input = BuildInput {
+            triggered_at: Some(triggered_at),
+            ..Default::default()
+        };
+        let mut issues_changed = false;
+        for (host, svc) in hosts {
+            issues_changed |= self.regenerate_host(&host, Some(&svc), &mut input);
+        }
+        self.finish(input, dirty_ports, issues_changed)
+    }
+
+    /// Regenerates the clusters, load assignments and API listeners of `host`; whether its issues
+    /// changed.
+    fn regenerate_host(
+        &mut self,
+        host: &Hostname,
+        svc: Option<&Arc<MergedService>>,
+        input: &mut BuildInput,
+    ) -> bool {
+        let mut issues = Vec::new();
+        let mut resources = Vec::new();
+        if let Some(svc) = svc {
+            let rule = self.rules.destination_rule(host);
+            resources = rules::clusters_with_rule(svc, rule, &self.options, &mut issues);
+            resources.extend(rules::load_assignments_with_rule(
+                svc,
+                rule,
+                &self.options,
+                &mut issues,
+            ));
+        }
+        self.replace(Owner::Host(host.clone()), resources, input);
+        let api = svc.map(|s| envoy::api_listeners_for(s));
+        self.replace(Owner::Api(host.clone()), api.unwrap_or_default(), input);
+        self.set_issues(Owner::Host(host.clone()), issues)
+    }
+
+    /// Regenerates the dirty ports' listeners and routes, then builds.
+    fn finish(
+        &mut self,
+        mut input: BuildInput,
+        dirty_ports: BTreeSet<u16>,
+        mut issues_changed: bool,
+    ) -> Option<Arc<Snapshot>> {
         for &port in &dirty_ports {
             let services: Vec<&MergedService> = self
                 .ports
@@ -111,7 +197,23 @@ impl MeshBuilder {
                     DEFAULT_BIND,
                     &mut issues,
                 ));
-                resources.extend(envoy::route_config_for_port(port, &services, &mut issues));
+                let ctx = RouteContext {
+                    port,
+                    services: &self.services,
+                    rules: &self.rules,
+                    options: &self.traffic,
+                };
+                let rule_issues = RefCell::new(Vec::new());
+                let source = |svc: &MergedService, p: &ServicePort| {
+                    rules::routes_for(svc, p, &ctx, &mut rule_issues.borrow_mut())
+                };
+                resources.extend(envoy::route_config_with_rules(
+                    port,
+                    &services,
+                    &source,
+                    &mut issues,
+                ));
+                issues.extend(rule_issues.into_inner());
             }
             self.replace(Owner::Port(port), resources, &mut input);
             issues_changed |= self.set_issues(Owner::Port(port), issues);
@@ -213,24 +315,62 @@ impl MeshBuilder {
     }
 }
 
-/// The builder task: applies push requests one at a time and publishes the snapshots.
+/// Whether two lookups found the same rule (by content: a source may rebuild unchanged rules).
+fn same<T: PartialEq>(a: Option<&Arc<Rule<T>>>, b: Option<&Arc<Rule<T>>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || **a == **b,
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// What the builder task works on next.
+enum Work {
+    Push(PushRequest),
+    Rules(Arc<RuleSet>),
+}
+
+/// The builder task: applies push requests and rule changes one at a time and publishes the
+/// snapshots. `rules` holds the traffic rules of every config source (a sender that is dropped
+/// leaves the last rules in force).
 pub async fn run_builder(
     mut requests: mpsc::Receiver<PushRequest>,
+    mut rules: watch::Receiver<Arc<RuleSet>>,
     store: SnapshotStore,
     mut mesh: MeshBuilder,
 ) {
-    while let Some(request) = requests.recv().await {
-        let PushRequest {
-            hosts,
-            triggered_at,
-            done,
-            ..
-        } = request;
-        let host_count = hosts.len();
+    let initial = Arc::clone(&rules.borrow_and_update());
+    mesh.set_rules(initial, Instant::now());
+    let mut rules_open = true;
+    loop {
+        let work = tokio::select! {
+            request = requests.recv() => match request {
+                Some(r) => Work::Push(r),
+                None => return,
+            },
+            changed = rules.changed(), if rules_open => match changed {
+                Ok(()) => Work::Rules(Arc::clone(&rules.borrow_and_update())),
+                Err(_) => {
+                    rules_open = false;
+                    continue;
+                }
+            },
+        };
+        let (host_count, triggered_at) = match &work {
+            Work::Push(r) => (r.hosts.len(), r.triggered_at),
+            Work::Rules(_) => (0, Instant::now()),
+        };
         let started = Instant::now();
-        let Ok((back, snapshot)) = tokio::task::spawn_blocking(move || {
-            let snapshot = mesh.apply(hosts, triggered_at);
-            (mesh, snapshot)
+        let Ok((back, snapshot, done)) = tokio::task::spawn_blocking(move || match work {
+            Work::Push(request) => {
+                let PushRequest { hosts, done, .. } = request;
+                let snapshot = mesh.apply(hosts, triggered_at);
+                (mesh, snapshot, Some(done))
+            }
+            Work::Rules(set) => {
+                let snapshot = mesh.set_rules(set, triggered_at);
+                (mesh, snapshot, None)
+            }
         })
         .await
         else {
@@ -264,7 +404,9 @@ pub async fn run_builder(
             }
             None => tracing::debug!(hosts = host_count, "push produced no change"),
         }
-        let _ = done.send(());
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
     }
 }
 
@@ -477,3 +619,6 @@ mod tests {
         assert_eq!(removed, ["0.0.0.0_9000", "g.test", "g.test:9000"]);
     }
 }
+
+#[cfg(test)]
+mod rule_tests;

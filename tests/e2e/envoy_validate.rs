@@ -8,10 +8,12 @@
 //! cluster, and each route configuration inline in a twin HTTP listener. A missing Envoy is a
 //! failure with a message, never a skip; a deliberately broken resource must make the harness fail.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::bootstrap::v3::Bootstrap;
 use envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::{DynamicResources, StaticResources};
@@ -31,15 +33,21 @@ use mesh::mesh;
 use prost::Message;
 use tributary::aggregate::MergedService;
 use tributary::envoy::fixtures::{any, decode, http2_options, merged, port, socket_address};
+use tributary::envoy::rules::{
+    RouteContext, RuleIndex, TrafficOptions, clusters_with_rule, load_assignments_with_rule,
+    routes_for,
+};
 use tributary::envoy::{
     ConfigIssue, GenerateOptions, clusters_for, listener_for_port, load_assignments_for,
-    route_config_for_port,
+    route_config_with_rules,
 };
-use tributary_registries::Protocol;
+use tributary_registries::rules::RuleSet;
+use tributary_registries::{Hostname, Protocol, ServicePort};
 
 use crate::support::harness::envoy_bin;
 
 mod mesh;
+mod rules;
 
 /// The name of the static cluster the bootstrap's ADS config points at.
 const XDS_CLUSTER: &str = "xds";
@@ -48,16 +56,41 @@ const ROUTE_CHECK_BASE_PORT: u16 = 20_000;
 
 /// Everything generated for `mesh`, as a bootstrap Envoy can validate; the issues reported.
 fn bootstrap(mesh: &[MergedService]) -> (Bootstrap, Vec<ConfigIssue>) {
+    let (b, issues) = bootstrap_with_rules(mesh, &RuleSet::default());
+    // Without rules, the rule-aware generators are the plain ones.
     let opts = GenerateOptions::default();
+    let plain: usize = mesh
+        .iter()
+        .map(|svc| {
+            clusters_for(svc, &opts, &mut Vec::new()).len()
+                + load_assignments_for(svc, &opts, &mut Vec::new()).len()
+        })
+        .sum();
+    let statics = b.static_resources.as_ref().map_or(0, |s| s.clusters.len());
+    assert_eq!(statics, plain + 1, "one cluster per resource, plus xds");
+    (b, issues)
+}
+
+/// [`bootstrap`] with traffic rules applied: every subset cluster and assignment, and the routes
+/// VirtualServices give.
+fn bootstrap_with_rules(mesh: &[MergedService], set: &RuleSet) -> (Bootstrap, Vec<ConfigIssue>) {
+    let opts = GenerateOptions::default();
+    let index = RuleIndex::new(set);
+    let all: HashMap<Hostname, Arc<MergedService>> = mesh
+        .iter()
+        .map(|s| (s.service.hostname.clone(), Arc::new(s.clone())))
+        .collect();
+    let traffic = TrafficOptions::default();
     let mut issues = Vec::new();
     let mut clusters: Vec<Cluster> = Vec::new();
     for svc in mesh {
+        let rule = index.destination_rule(&svc.service.hostname);
         clusters.extend(
-            clusters_for(svc, &opts, &mut issues)
+            clusters_with_rule(svc, rule, &opts, &mut issues)
                 .iter()
                 .map(decode::<Cluster>),
         );
-        for (i, cla) in load_assignments_for(svc, &opts, &mut issues)
+        for (i, cla) in load_assignments_with_rule(svc, rule, &opts, &mut issues)
             .iter()
             .enumerate()
         {
@@ -88,7 +121,19 @@ fn bootstrap(mesh: &[MergedService]) -> (Bootstrap, Vec<ConfigIssue>) {
             continue;
         };
         let listener: Listener = decode(&listener);
-        if let Some(routes) = route_config_for_port(*port, services, &mut issues) {
+        let ctx = RouteContext {
+            port: *port,
+            services: &all,
+            rules: &index,
+            options: &traffic,
+        };
+        let rule_issues = RefCell::new(Vec::new());
+        let source = |svc: &MergedService, p: &ServicePort| {
+            routes_for(svc, p, &ctx, &mut rule_issues.borrow_mut())
+        };
+        let routes = route_config_with_rules(*port, services, &source, &mut issues);
+        issues.extend(rule_issues.into_inner());
+        if let Some(routes) = routes {
             let offset = u16::try_from(i).expect("few ports");
             listeners.push(route_check_listener(
                 &listener,

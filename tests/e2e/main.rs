@@ -25,3 +25,4 @@ mod reload;
 mod rest_xds;
 mod secrets;
 mod supervision;
+mod traffic_rules;

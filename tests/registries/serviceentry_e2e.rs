@@ -403,8 +403,7 @@ async fn the_same_objects_as_crds_behave_identically() {
     let kubeconfig = dir.path().join("kubeconfig.yaml");
     server.write_kubeconfig(&kubeconfig).unwrap();
     let rt = |kind: &str, plural: &str| ResourceType::new(GROUP, "v1", plural, kind, true);
-    server.register(rt("ServiceEntry", "serviceentries"));
-    server.register(rt("WorkloadEntry", "workloadentries"));
+    server.register_istio_networking("v1");
     let mesh = Mesh::start().await;
     for doc in mesh.manifests() {
         let v: Value = serde_yaml::from_str(&doc).unwrap();

@@ -14,6 +14,7 @@ mod fuzz_replay;
 mod hardening;
 mod hybrid_ports;
 mod lifecycle;
+mod traffic_rules;
 mod transport;
 mod xds_delta;
 mod xds_limits;

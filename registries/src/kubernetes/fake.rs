@@ -49,6 +49,17 @@ use tokio::task::JoinHandle;
 
 use store::{Notice, Store};
 
+/// The API group of Istio's networking CRDs.
+const ISTIO_GROUP: &str = "networking.istio.io";
+
+/// Istio's networking kinds the config store reads, with their plurals.
+const ISTIO_NETWORKING: [(&str, &str); 4] = [
+    ("ServiceEntry", "serviceentries"),
+    ("WorkloadEntry", "workloadentries"),
+    ("DestinationRule", "destinationrules"),
+    ("VirtualService", "virtualservices"),
+];
+
 /// A kind of object the fake serves, named the way its URL path names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceType {
@@ -238,6 +249,18 @@ impl FakeApiServer {
     /// Serves another kind (a CRD, say); idempotent.
     pub fn register(&self, rt: ResourceType) {
         self.shared.store.lock().register(rt);
+    }
+
+    /// Registers Istio's `networking.istio.io/<version>` kinds the config store reads
+    /// (`ServiceEntry`, `WorkloadEntry`, `DestinationRule`, `VirtualService`), as a cluster with
+    /// Istio's CRDs installed serves them; returns their resource types in that order.
+    pub fn register_istio_networking(&self, version: &str) -> [ResourceType; 4] {
+        let rts = ISTIO_NETWORKING
+            .map(|(kind, plural)| ResourceType::new(ISTIO_GROUP, version, plural, kind, true));
+        for rt in &rts {
+            self.register(rt.clone());
+        }
+        rts
     }
 
     /// Creates or updates a typed object.

@@ -22,6 +22,7 @@ use super::types::ObjectKey;
 use super::validate::{UNIX_PREFIX, Valid, ValidServiceEntry, Workload};
 use crate::model::{Hostname, Resolution, ServiceState};
 use crate::registry::Rejection;
+use crate::rules::RuleSet;
 
 /// What the registry serves, and what it rejects.
 #[derive(Debug, Default, PartialEq)]
@@ -30,6 +31,9 @@ pub struct Catalog {
     pub services: BTreeMap<Hostname, ServiceState>,
     /// Sorted.
     pub rejections: Vec<Rejection>,
+    /// The valid DestinationRules and VirtualServices (the last valid version of each), for the
+    /// config store.
+    pub rules: RuleSet,
 }
 
 /// Pods (or other workloads known only by namespace and name) a selector may pick.
@@ -46,6 +50,7 @@ pub(crate) fn build<'a>(
     let mut first: BTreeMap<&ObjectKey, &Place> = BTreeMap::new();
     let mut service_entries: Vec<(&ValidServiceEntry, &Place)> = Vec::new();
     let mut workloads: BTreeMap<&str, Vec<&Workload>> = BTreeMap::new();
+    let mut rules = RuleSet::default();
     for entry in entries {
         rejections.extend(entry.rejections());
         if let Some(place) = first.get(&entry.key) {
@@ -65,6 +70,8 @@ pub(crate) fn build<'a>(
                 .entry(we.meta.key.namespace.as_str())
                 .or_default()
                 .push(&we.workload),
+            Some(Valid::DestinationRule(dr)) => rules.destination_rules.push(dr.clone()),
+            Some(Valid::VirtualService(vs)) => rules.virtual_services.push(vs.clone()),
             None => {}
         }
     }
@@ -110,6 +117,7 @@ pub(crate) fn build<'a>(
     Catalog {
         services,
         rejections,
+        rules,
     }
 }
 

@@ -36,6 +36,26 @@ impl FieldPath {
         &self.0
     }
 
+    /// Reads a path as [`fmt::Display`] writes it (`spec.http[0].route[1].weight`); a key
+    /// that is not a plain word stays one segment as best it can.
+    pub(crate) fn parse(text: &str) -> FieldPath {
+        let mut segs = Vec::new();
+        for part in text.split('.').filter(|p| !p.is_empty()) {
+            let (key, mut rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+            if !key.is_empty() {
+                segs.push(Seg::Key(key.to_string()));
+            }
+            while let Some((n, after)) = rest.split_once(']') {
+                match n.parse() {
+                    Ok(n) => segs.push(Seg::Index(n)),
+                    Err(_) => segs.push(Seg::Key(n.to_string())),
+                }
+                rest = after.strip_prefix('[').unwrap_or(after);
+            }
+        }
+        FieldPath(segs)
+    }
+
     /// Whether the path starts with `key`.
     pub(crate) fn starts_with_key(&self, key: &str) -> bool {
         matches!(self.0.first(), Some(Seg::Key(k)) if k == key)
@@ -53,6 +73,20 @@ impl fmt::Display for FieldPath {
         }
         Ok(())
     }
+}
+
+#[cfg(test)]
+#[test]
+fn field_paths_read_back() {
+    for p in [
+        "spec.http[0].route[1].weight",
+        "spec",
+        "spec.subsets[2]",
+        "metadata.name",
+    ] {
+        assert_eq!(FieldPath::parse(p).to_string(), p);
+    }
+    assert_eq!(FieldPath::parse("spec.a[1][2]").segs().len(), 4);
 }
 
 /// One thing wrong with one object: the field and what is wrong with it.

@@ -6,6 +6,8 @@
 //! checks serve both sources. They just have no lines, and their unknown fields (which the API
 //! server's schema already governs) are logged rather than rejected.
 
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
@@ -13,7 +15,13 @@ use super::checks::{FieldPath, Violation};
 use super::types::{
     API_VERSIONS, GROUP, Kind, Object, ObjectKey, ServiceEntrySpec, WorkloadEntrySpec,
 };
-use super::validate::{Valid, validate_meta, validate_service_entry, validate_workload_entry};
+use super::validate::{
+    Meta, Valid, validate_meta, validate_service_entry, validate_workload_entry,
+};
+use crate::rules::{
+    DestinationRule, Problem as RuleProblem, Rule, RuleMeta, Severity, VirtualService,
+    validate_destination_rule, validate_virtual_service,
+};
 use crate::support::yaml_locate::line_of;
 
 /// One problem of one object, with the line of its field when the object came from a file.
@@ -39,9 +47,9 @@ pub(crate) struct Parsed {
 pub(crate) enum Document {
     /// Nothing (comments, an empty document).
     Empty,
-    /// Another kind (a VirtualService, a Deployment, ...), not for this registry.
+    /// Another kind (a Gateway, a Deployment, ...), not for the config store.
     Ignored,
-    /// A ServiceEntry or WorkloadEntry.
+    /// A ServiceEntry, WorkloadEntry, DestinationRule or VirtualService.
     Object(Box<Parsed>),
 }
 
@@ -158,6 +166,16 @@ pub(crate) fn parse_document(
             validate_workload_entry(meta, &obj.metadata.annotations, &obj.status, &obj.spec)
                 .map(Valid::WorkloadEntry)
         }),
+        Kind::DestinationRule => typed::<DestinationRule>(text, strict, &key, |meta, obj| {
+            let rule = rule_of(&meta, obj);
+            let problems = validate_destination_rule(&rule);
+            checked(&key, problems, || Valid::DestinationRule(Arc::new(rule)))
+        }),
+        Kind::VirtualService => typed::<VirtualService>(text, strict, &key, |meta, obj| {
+            let rule = rule_of(&meta, obj);
+            let problems = validate_virtual_service(&rule);
+            checked(&key, problems, || Valid::VirtualService(Arc::new(rule)))
+        }),
     };
     let mut problems = Vec::new();
     let version_ok = api_version
@@ -191,13 +209,52 @@ pub(crate) fn parse_document(
     })))
 }
 
+/// A traffic rule with its metadata (`source` is filled in by the store, which knows the place).
+fn rule_of<S: Clone>(meta: &Meta, obj: &Object<S>) -> Rule<S> {
+    Rule {
+        meta: RuleMeta {
+            namespace: meta.key.namespace.clone(),
+            name: meta.key.name.clone(),
+            source: String::new(),
+            labels: obj.metadata.labels.clone(),
+            annotations: obj.metadata.annotations.clone(),
+            resource_version: obj.metadata.resource_version.clone().unwrap_or_default(),
+            creation_timestamp: obj.metadata.creation_timestamp.clone(),
+        },
+        spec: obj.spec.clone(),
+    }
+}
+
+/// The rules module's problems as violations (its paths start at `spec`), or the valid object.
+/// Warnings (what Istio also only warns about) are logged and the rule is applied.
+fn checked(
+    key: &ObjectKey,
+    problems: Vec<RuleProblem>,
+    valid: impl FnOnce() -> Valid,
+) -> Result<Valid, Vec<Violation>> {
+    let (errors, warnings): (Vec<_>, Vec<_>) = problems
+        .into_iter()
+        .partition(|p| p.severity == Severity::Error);
+    for w in warnings {
+        tracing::warn!(object = %key, field = %w.field, warning = %w.message,
+            "config object applied with a warning");
+    }
+    if errors.is_empty() {
+        return Ok(valid());
+    }
+    Err(errors
+        .into_iter()
+        .map(|p| Violation::new(FieldPath::parse(&p.field), p.message))
+        .collect())
+}
+
 /// Deserializes `text` as an `Object<S>` (collecting unknown fields) and checks it with `check`.
 /// Problem lines are relative to `text`.
 fn typed<S: DeserializeOwned + Default>(
     text: &str,
     strict: bool,
     key: &ObjectKey,
-    check: impl FnOnce(super::validate::Meta, &Object<S>) -> Result<Valid, Vec<Violation>>,
+    check: impl FnOnce(Meta, &Object<S>) -> Result<Valid, Vec<Violation>>,
 ) -> Result<Valid, Vec<Problem>> {
     let mut unknown = Vec::new();
     let de = serde_yaml::Deserializer::from_str(text);

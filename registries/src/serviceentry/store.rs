@@ -60,8 +60,8 @@ impl Entry {
         match parsed.result {
             Ok(valid) => Entry {
                 key: parsed.key,
+                valid: Some(Arc::new(with_source(valid, &place, parsed.line))),
                 place,
-                valid: Some(Arc::new(valid)),
                 problems: Vec::new(),
             },
             Err(problems) => Entry {
@@ -82,6 +82,22 @@ impl Entry {
             message: p.message.clone(),
             serving_previous: self.valid.is_some(),
         })
+    }
+}
+
+/// A traffic rule says where it was read (`/debug` shows it); other kinds are unchanged.
+fn with_source(valid: Valid, place: &Place, line: Option<usize>) -> Valid {
+    let source = place.at(line);
+    match valid {
+        Valid::DestinationRule(mut r) => {
+            Arc::make_mut(&mut r).meta.source = source;
+            Valid::DestinationRule(r)
+        }
+        Valid::VirtualService(mut r) => {
+            Arc::make_mut(&mut r).meta.source = source;
+            Valid::VirtualService(r)
+        }
+        other => other,
     }
 }
 

@@ -4,6 +4,7 @@
 mod conformance;
 mod crd;
 mod files;
+mod rules;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -78,7 +79,12 @@ impl Drop for Run {
 
 impl Run {
     pub(super) fn start(config: ServiceEntryConfig) -> Self {
-        let registry = Box::new(ServiceEntryRegistry::new(config));
+        Self::start_registry(ServiceEntryRegistry::new(config))
+    }
+
+    /// Starts `registry` as it is (with a rule publisher, say).
+    pub(super) fn start_registry(registry: ServiceEntryRegistry) -> Self {
+        let registry = Box::new(registry);
         let (tx, rx) = mpsc::channel(1024);
         let sink = RegistrySink::new(registry.id(), tx);
         Self {

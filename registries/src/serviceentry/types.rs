@@ -18,24 +18,36 @@ pub const GROUP: &str = "networking.istio.io";
 /// The versions Istio serves them under; all three carry the same schema.
 pub const API_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
 
-/// The kinds this registry reads.
+/// The kinds the config store reads: the two that define services and endpoints, and the two
+/// traffic rules (validated and converted by `crate::rules`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Kind {
     /// `ServiceEntry`.
     ServiceEntry,
     /// `WorkloadEntry`.
     WorkloadEntry,
+    /// `DestinationRule`.
+    DestinationRule,
+    /// `VirtualService`.
+    VirtualService,
 }
 
 impl Kind {
-    /// Both, in the order they are listed and watched.
-    pub(crate) const ALL: [Kind; 2] = [Kind::ServiceEntry, Kind::WorkloadEntry];
+    /// Every kind, in the order they are listed and watched.
+    pub(crate) const ALL: [Kind; 4] = [
+        Kind::ServiceEntry,
+        Kind::WorkloadEntry,
+        Kind::DestinationRule,
+        Kind::VirtualService,
+    ];
 
     /// The kind as written in `kind:`.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::ServiceEntry => "ServiceEntry",
             Kind::WorkloadEntry => "WorkloadEntry",
+            Kind::DestinationRule => "DestinationRule",
+            Kind::VirtualService => "VirtualService",
         }
     }
 
@@ -44,6 +56,8 @@ impl Kind {
         match self {
             Kind::ServiceEntry => "serviceentries",
             Kind::WorkloadEntry => "workloadentries",
+            Kind::DestinationRule => "destinationrules",
+            Kind::VirtualService => "virtualservices",
         }
     }
 
@@ -104,6 +118,9 @@ pub(crate) struct Metadata {
     /// RFC 3339, as the API server writes it; orders objects that define the same host.
     #[serde(default)]
     pub(crate) creation_timestamp: Option<String>,
+    /// The API server's version of the object (CRDs); shown with traffic rules.
+    #[serde(default)]
+    pub(crate) resource_version: Option<String>,
 }
 
 /// `status.conditions`, where Istio's WorkloadEntry health checks report `Healthy`.

@@ -20,11 +20,13 @@ mod workload;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::checks::{FieldPath, Violation, is_dns1123_label, validate_label};
 use super::types::{Metadata, ObjectKey};
 use crate::model::{Health, Hostname, Locality, MeshLocation, Resolution, ServicePort};
+use crate::rules::{DestinationRule, Rule, VirtualService};
 
 pub(crate) use service_entry::validate_service_entry;
 pub(crate) use workload::{UNIX_PREFIX, sanitize_locality, validate_workload_entry};
@@ -89,11 +91,15 @@ pub(crate) struct ValidWorkloadEntry {
     pub(crate) workload: Workload,
 }
 
-/// Either kind, checked.
+/// Any kind, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Valid {
     ServiceEntry(ValidServiceEntry),
     WorkloadEntry(ValidWorkloadEntry),
+    /// A traffic rule, as the snapshot builder takes it (`meta.source` is filled in by the
+    /// store, which knows the place).
+    DestinationRule(Arc<Rule<DestinationRule>>),
+    VirtualService(Arc<Rule<VirtualService>>),
 }
 
 /// Checks the metadata every object needs: a name and namespace Kubernetes would accept, and a

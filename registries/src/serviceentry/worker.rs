@@ -23,6 +23,7 @@ use super::files::watch::{DirWatch, watch_dir};
 use super::parse::{Document, Problem, parse_document};
 use super::store::{Entry, Place};
 use super::types::ObjectKey;
+use crate::config_store::RulePublisher;
 use crate::model::{Hostname, ServiceState};
 use crate::registry::{Change, RegistryError, RegistrySink, RegistryStatus, Rejection};
 
@@ -227,6 +228,8 @@ pub(crate) struct Worker {
     rejected: Vec<Rejection>,
     status: RegistryStatus,
     synced: bool,
+    /// Where the valid traffic rules go.
+    rules: Option<RulePublisher>,
 }
 
 impl Worker {
@@ -245,7 +248,14 @@ impl Worker {
             rejected: Vec::new(),
             status: RegistryStatus::Healthy,
             synced: false,
+            rules: None,
         }
+    }
+
+    /// Publishes the valid traffic rules to `rules` on every rebuild.
+    pub(crate) fn with_rules(mut self, rules: Option<RulePublisher>) -> Self {
+        self.rules = rules;
+        self
     }
 
     /// Runs until the sink closes.
@@ -330,6 +340,11 @@ impl Worker {
         let built = catalog::build(entries, pods, &self.ctx);
         let changes = diff(&self.delivered, &built.services);
         self.delivered = built.services;
+        // Rules first: a route's new subsets must reach the builder no later than the endpoint
+        // changes that the same edit made.
+        if let Some(rules) = &self.rules {
+            rules.publish(built.rules);
+        }
         self.sink.changes(changes).await?;
         let mut rejected = built.rejections;
         rejected.extend(self.files.iter().flat_map(|f| f.dir.rejections()));

@@ -58,7 +58,7 @@ fn workload_entries_in_the_same_namespace_are_selected() {
     let mut pods = Pods::new();
     let mut pod = entries[1].valid.as_deref().map(|v| match v {
         Valid::WorkloadEntry(we) => we.workload.clone(),
-        Valid::ServiceEntry(_) => unreachable!(),
+        _ => unreachable!(),
     });
     if let Some(p) = pod.as_mut() {
         p.address = "10.1.0.9".into();

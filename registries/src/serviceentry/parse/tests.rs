@@ -83,9 +83,10 @@ fn unreadable_documents_say_why_and_where() {
 
 #[test]
 fn other_kinds_and_empty_documents_are_skipped() {
-    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: x}\n";
+    // The config store reads four kinds; a Gateway (or a Deployment) is not one of them.
+    let gw = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: x}\n";
     assert_eq!(
-        parse_document(vs, Some(1), "d", true),
+        parse_document(gw, Some(1), "d", true),
         Ok(Document::Ignored)
     );
     assert_eq!(

@@ -35,8 +35,7 @@ impl Cluster {
             version: version.into(),
             _dir: dir,
         };
-        c.server.register(c.rt("ServiceEntry"));
-        c.server.register(c.rt("WorkloadEntry"));
+        c.server.register_istio_networking(version);
         c
     }
 
@@ -55,11 +54,16 @@ impl Cluster {
             .expect("fake accepts it");
     }
 
-    /// Waits until both kinds are being watched, so that what the test changes next reaches the
+    /// Waits until every kind is being watched, so that what the test changes next reaches the
     /// watches (an expiry before a watch starts would not end it).
     pub(super) async fn watching(&self) {
         let deadline = tokio::time::Instant::now() + LIMIT;
-        for kind in ["ServiceEntry", "WorkloadEntry"] {
+        for kind in [
+            "ServiceEntry",
+            "WorkloadEntry",
+            "DestinationRule",
+            "VirtualService",
+        ] {
             while self.server.counts_of(&self.rt(kind)).watches == 0 {
                 assert!(
                     tokio::time::Instant::now() < deadline,
