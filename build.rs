@@ -5,6 +5,11 @@
 //! The folder is found through `cargo metadata` (the exact `envoy-types` in Cargo.lock), or given
 //! as `ENVOY_PROTO_DIR`.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a build script's inputs are cargo's environment variables"
+)]
+
 use std::error::Error;
 use std::path::PathBuf;
 use std::process::Command;

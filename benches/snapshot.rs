@@ -5,6 +5,9 @@
 //!
 //! `cargo bench --bench snapshot`; numbers and their reading are in BENCHMARKS.md.
 
+// A bench binary has no API; `criterion_group!` defines an undocumented `pub fn`.
+#![allow(missing_docs)]
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;

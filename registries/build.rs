@@ -1,6 +1,11 @@
 //! Compiles the project's own protobuf APIs (today: the mock registry's control service) with
 //! `protox`, so building needs no `protoc`.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a build script's inputs are cargo's environment variables"
+)]
+
 use std::error::Error;
 
 const PROTO_ROOT: &str = "../proto";

@@ -2,6 +2,9 @@
 # What STYLE asks of every change, enforced: formatting, clippy with warnings denied on every
 # target, rustdoc with warnings denied (broken intra-doc links), and docs/ that resolve (every cited
 # rule id defined, no reference outside the repository). `.ci/run` calls it before the tests.
+# Clippy enforces the lints of Cargo.toml's [workspace.lints] (`unreachable_pub`, `missing_docs`,
+# no `unwrap`, ...) and the std items clippy.toml bans (environment reads below the edge, blocking
+# sleeps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,5 +1,10 @@
 //! Command-line flags and subcommands.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the edge of the process: the environment is read here and passed down as values"
+)]
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tributary_registries::config_source::{self, ConfigSourceConfig};
+use tributary_registries::duration;
 use tributary_registries::mock::MockConfig;
 
 use crate::aggregate::DebounceSettings;
@@ -307,34 +308,6 @@ impl Config {
             )));
         }
         Ok(())
-    }
-}
-
-/// Durations as humans write them: `100ms`, `10s`, `5m` (one reading for every config section).
-pub(crate) use tributary_registries::duration;
-
-/// Timestamps in debug output as RFC 3339.
-pub(crate) mod rfc3339 {
-    use std::time::SystemTime;
-
-    use serde::Serializer;
-
-    pub fn serialize<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_rfc3339_millis(*t).to_string())
-    }
-}
-
-/// Optional timestamps in debug output as RFC 3339, or null.
-pub(crate) mod rfc3339_opt {
-    use std::time::SystemTime;
-
-    use serde::Serializer;
-
-    pub fn serialize<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
-        match t {
-            Some(t) => super::rfc3339::serialize(t, s),
-            None => s.serialize_none(),
-        }
     }
 }
 

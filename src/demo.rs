@@ -22,7 +22,7 @@ use tributary_registries::Protocol;
 use tributary_registries::mock::DemoEndpoint;
 
 /// Starts a backend for every demo endpoint; they live as long as the returned set.
-pub async fn start_backends(endpoints: Vec<DemoEndpoint>) -> JoinSet<()> {
+pub(crate) async fn start_backends(endpoints: Vec<DemoEndpoint>) -> JoinSet<()> {
     let mut tasks = JoinSet::new();
     let mut started = 0;
     for ep in endpoints {

@@ -13,6 +13,7 @@ mod builder;
 mod history;
 mod listeners;
 mod mesh;
+pub(crate) mod metrics;
 mod store;
 mod version;
 

@@ -99,10 +99,10 @@ pub struct TlsConfig {
     #[serde(default)]
     pub trust_domain: Option<String>,
     /// How often the files are checked for changes.
-    #[serde(default = "default_reload", with = "crate::config::duration")]
+    #[serde(default = "default_reload", with = "tributary_registries::duration")]
     pub reload_interval: Duration,
     /// Longest TLS handshake allowed.
-    #[serde(default = "default_handshake", with = "crate::config::duration")]
+    #[serde(default = "default_handshake", with = "tributary_registries::duration")]
     pub handshake_timeout: Duration,
 }
 

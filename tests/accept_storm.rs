@@ -5,6 +5,9 @@
 //! connections past its limit wait in the listen backlog, where every `accept` fails with EMFILE.
 
 #![allow(clippy::unwrap_used)]
+// A test binary is its own edge: it reads where its tools are from the environment and waits on
+// child processes from plain threads; its support items are `pub` for every tier, not an API.
+#![allow(unreachable_pub, clippy::disallowed_methods)]
 
 mod support;
 

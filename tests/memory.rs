@@ -6,6 +6,9 @@
 //! every wait with a limit.
 
 #![allow(clippy::unwrap_used)]
+// A test binary is its own edge: it reads where its tools are from the environment and waits on
+// child processes from plain threads; its support items are `pub` for every tier, not an API.
+#![allow(unreachable_pub, clippy::disallowed_methods)]
 
 mod support;
 

@@ -9,12 +9,12 @@
 use std::io::{self, Read, Write};
 
 /// The largest frame either side accepts: a `large` mesh's full config is ~25 MB.
-pub const MAX_FRAME: usize = 256 * 1024 * 1024;
+pub(super) const MAX_FRAME: usize = 256 * 1024 * 1024;
 
 /// A new state of the mesh: the resource types listed replace the peer's current set of that type
 /// (types not listed keep theirs); `nodes`, when not empty, is the set of node ids to serve.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Update {
+pub(super) struct Update {
     #[prost(string, repeated, tag = "1")]
     pub nodes: Vec<String>,
     #[prost(message, repeated, tag = "2")]
@@ -23,7 +23,7 @@ pub struct Update {
 
 /// Every resource of one type, with the version to serve them under.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct TypeSet {
+pub(super) struct TypeSet {
     #[prost(string, tag = "1")]
     pub type_url: String,
     #[prost(string, tag = "2")]
@@ -34,7 +34,7 @@ pub struct TypeSet {
 
 /// One resource: its name and its encoded message (what an `Any` of `type_url` carries).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct NamedResource {
+pub(super) struct NamedResource {
     #[prost(string, tag = "1")]
     pub name: String,
     #[prost(bytes = "vec", tag = "2")]
@@ -42,7 +42,7 @@ pub struct NamedResource {
 }
 
 /// Writes one frame.
-pub fn write_frame(w: &mut impl Write, payload: &[u8]) -> io::Result<()> {
+pub(super) fn write_frame(w: &mut impl Write, payload: &[u8]) -> io::Result<()> {
     let len = u32::try_from(payload.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
     w.write_all(&len.to_be_bytes())?;
@@ -51,7 +51,7 @@ pub fn write_frame(w: &mut impl Write, payload: &[u8]) -> io::Result<()> {
 }
 
 /// Reads one frame; `None` when the peer closed the connection between frames.
-pub fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+pub(super) fn read_frame(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}

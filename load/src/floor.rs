@@ -167,7 +167,7 @@ impl tower::Service<Req> for TriggerService {
 }
 
 /// Serves the floor on `addr` until the process is killed; prints the bound address first.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     delta: bool,
     storm_bytes: usize,
@@ -193,7 +193,7 @@ pub async fn serve(
 }
 
 /// Asks the floor server at `channel` to push once.
-pub async fn trigger(channel: Channel) -> anyhow::Result<()> {
+pub(crate) async fn trigger(channel: Channel) -> anyhow::Result<()> {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
     grpc.unary(
@@ -209,7 +209,13 @@ pub async fn trigger(channel: Channel) -> anyhow::Result<()> {
 /// storm response as "synced" and each push as seen. A SotW sink's ACKs carry `ack_names` (the
 /// encoded `resource_names` a SotW proxy repeats in its EDS ACKs); delta ACKs name nothing, as a
 /// delta proxy's do.
-pub async fn sink(channel: Channel, id: usize, delta: bool, ack_names: Bytes, probe: Arc<Probe>) {
+pub(crate) async fn sink(
+    channel: Channel,
+    id: usize,
+    delta: bool,
+    ack_names: Bytes,
+    probe: Arc<Probe>,
+) {
     if let Err(e) = sink_inner(channel, id, delta, &ack_names, &probe).await {
         probe.fail(format!("floor client {id}: {e}"));
     }

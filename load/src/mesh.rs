@@ -22,7 +22,7 @@ const FIRST_PORT: u16 = 20000;
 
 /// The mesh size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct MeshSpec {
+pub(crate) struct MeshSpec {
     pub services: usize,
     pub ports: usize,
     pub endpoints: usize,
@@ -31,7 +31,7 @@ pub struct MeshSpec {
 impl MeshSpec {
     /// `tiny` = 10×1×2 (smoke runs), `small` = 100×1×5, `medium` = 1,000×2×10,
     /// `large` = 10,000×2×10.
-    pub fn preset(name: &str) -> anyhow::Result<Self> {
+    pub(crate) fn preset(name: &str) -> anyhow::Result<Self> {
         let (services, ports, endpoints) = match name {
             "tiny" => (10, 1, 2),
             "small" => (100, 1, 5),
@@ -47,12 +47,12 @@ impl MeshSpec {
     }
 
     /// Hostname of service `i`.
-    pub fn hostname(i: usize) -> String {
+    pub(crate) fn hostname(i: usize) -> String {
         format!("svc-{i:05}.load.svc.cluster.local")
     }
 
     /// The cluster name Envoy sees for service `i` on its first port.
-    pub fn cluster(i: usize) -> String {
+    pub(crate) fn cluster(i: usize) -> String {
         format!("outbound|{FIRST_PORT}||{}", Self::hostname(i))
     }
 
@@ -98,12 +98,12 @@ impl fmt::Display for MeshSpec {
 
 /// The mock registry's control API.
 #[derive(Clone)]
-pub struct Control {
+pub(crate) struct Control {
     client: MockRegistryClient<Channel>,
 }
 
 impl Control {
-    pub async fn connect(addr: std::net::SocketAddr) -> anyhow::Result<Self> {
+    pub(crate) async fn connect(addr: std::net::SocketAddr) -> anyhow::Result<Self> {
         let client = MockRegistryClient::connect(format!("http://{addr}"))
             .await
             .with_context(|| format!("is tributary's control API listening on {addr}?"))?;
@@ -111,7 +111,7 @@ impl Control {
     }
 
     /// Writes the whole mesh.
-    pub async fn generate(&self, spec: &MeshSpec) -> anyhow::Result<()> {
+    pub(crate) async fn generate(&self, spec: &MeshSpec) -> anyhow::Result<()> {
         futures::stream::iter(0..spec.services)
             .map(|i| {
                 let mut client = self.client.clone();
@@ -132,7 +132,7 @@ impl Control {
     }
 
     /// Changes one endpoint port of service `i` (an EDS-only change).
-    pub async fn change_endpoints(
+    pub(crate) async fn change_endpoints(
         &self,
         spec: &MeshSpec,
         i: usize,
@@ -149,7 +149,7 @@ impl Control {
     }
 
     /// Adds service `i` (new cluster, listener/route change).
-    pub async fn add_service(&self, spec: &MeshSpec, i: usize) -> anyhow::Result<()> {
+    pub(crate) async fn add_service(&self, spec: &MeshSpec, i: usize) -> anyhow::Result<()> {
         self.client
             .clone()
             .upsert_service(UpsertServiceRequest {
@@ -160,7 +160,7 @@ impl Control {
     }
 
     /// Deletes service `i`.
-    pub async fn delete_service(&self, i: usize) -> anyhow::Result<()> {
+    pub(crate) async fn delete_service(&self, i: usize) -> anyhow::Result<()> {
         self.client
             .clone()
             .delete_service(DeleteServiceRequest {

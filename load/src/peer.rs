@@ -26,21 +26,21 @@ use crate::{channels, proxy, spawn_clients, wait_until};
 mod control;
 
 /// The peers the load tool knows: the names of their crates under `load/peers/`.
-pub const PEERS: [&str; 2] = ["rust-control-plane", "nebucloud-xds"];
+pub(crate) const PEERS: [&str; 2] = ["rust-control-plane", "nebucloud-xds"];
 
 /// Time for a change's stragglers (other types of the same push) between two changes, as in
 /// tributary's half of the run.
 const SETTLE: Duration = Duration::from_millis(300);
 
 /// One change as the peers replay it: what the proxies wait for and the state after it.
-pub struct Step {
+pub(crate) struct Step {
     pub kind: &'static str,
     pub marker: Marker,
     pub state: Recorded,
 }
 
 /// What every peer is measured with.
-pub struct Plan<'a> {
+pub(crate) struct Plan<'a> {
     pub clients: usize,
     pub per_connection: usize,
     pub connections: usize,
@@ -123,7 +123,7 @@ impl Control {
 }
 
 /// Builds every peer in `names` (before any measurement, so a build never overlaps one).
-pub fn build(names: &[String]) -> anyhow::Result<Vec<(String, std::path::PathBuf)>> {
+pub(crate) fn build(names: &[String]) -> anyhow::Result<Vec<(String, std::path::PathBuf)>> {
     names
         .iter()
         .map(|n| Ok((n.clone(), process::peer_bin(n)?)))
@@ -131,7 +131,7 @@ pub fn build(names: &[String]) -> anyhow::Result<Vec<(String, std::path::PathBuf
 }
 
 /// Measures peer `name` (binary `bin`); what it cannot do, or a failure, is a note in its report.
-pub async fn measure(name: &str, bin: &std::path::Path, plan: &Plan<'_>) -> PeerReport {
+pub(crate) async fn measure(name: &str, bin: &std::path::Path, plan: &Plan<'_>) -> PeerReport {
     let mut report = PeerReport {
         name: name.to_owned(),
         ..Default::default()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// The change a measurement waits for.
 #[derive(Debug, Clone)]
-pub enum Marker {
+pub(crate) enum Marker {
     /// A response of `type_url` carrying resource `name` (an endpoint change: its CLA).
     Carries {
         type_url: &'static str,
@@ -21,7 +21,7 @@ pub enum Marker {
 }
 
 /// Shared by every simulated proxy of one run.
-pub struct Probe {
+pub(crate) struct Probe {
     base: Instant,
     marker: RwLock<Option<(u64, Marker)>>,
     seen: AtomicUsize,
@@ -40,7 +40,7 @@ pub struct Probe {
 }
 
 impl Probe {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             base: Instant::now(),
             marker: RwLock::new(None),
@@ -65,7 +65,7 @@ impl Probe {
     }
 
     /// Starts waiting for `marker` (epoch `epoch`); returns when it was armed.
-    pub fn arm(&self, epoch: u64, marker: Marker) -> Instant {
+    pub(crate) fn arm(&self, epoch: u64, marker: Marker) -> Instant {
         self.seen.store(0, Ordering::SeqCst);
         self.marker_bytes.store(0, Ordering::SeqCst);
         for r in &self.responses {
@@ -76,7 +76,7 @@ impl Probe {
     }
 
     /// The armed marker, for a proxy to test a response against.
-    pub fn marker(&self) -> Option<(u64, Marker)> {
+    pub(crate) fn marker(&self) -> Option<(u64, Marker)> {
         self.marker
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -84,19 +84,19 @@ impl Probe {
     }
 
     /// A proxy received a response of type `i` (CDS, EDS, LDS, RDS order).
-    pub fn response(&self, i: usize) {
+    pub(crate) fn response(&self, i: usize) {
         if let Some(r) = self.responses.get(i) {
             r.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Responses per type since the marker was armed.
-    pub fn responses(&self) -> [u64; 4] {
+    pub(crate) fn responses(&self) -> [u64; 4] {
         [0, 1, 2, 3].map(|i| self.responses[i].load(Ordering::SeqCst))
     }
 
     /// A proxy received and acknowledged the marker in a response of `bytes`.
-    pub fn saw(&self, bytes: usize) {
+    pub(crate) fn saw(&self, bytes: usize) {
         let _ = self
             .marker_bytes
             .compare_exchange(0, bytes, Ordering::SeqCst, Ordering::SeqCst);
@@ -105,19 +105,19 @@ impl Probe {
     }
 
     /// How many proxies saw the armed marker, and when the last one did.
-    pub fn seen(&self) -> (usize, Instant) {
+    pub(crate) fn seen(&self) -> (usize, Instant) {
         (
             self.seen.load(Ordering::SeqCst),
             self.at(self.seen_last_ns.load(Ordering::SeqCst)),
         )
     }
 
-    pub fn marker_bytes(&self) -> usize {
+    pub(crate) fn marker_bytes(&self) -> usize {
         self.marker_bytes.load(Ordering::SeqCst)
     }
 
     /// A proxy holds its full config (all four types, EDS for every cluster), `bytes` of it.
-    pub fn synced(&self, bytes: usize) {
+    pub(crate) fn synced(&self, bytes: usize) {
         let _ = self
             .synced_bytes
             .compare_exchange(0, bytes, Ordering::SeqCst, Ordering::SeqCst);
@@ -127,19 +127,19 @@ impl Probe {
     }
 
     /// How many proxies are synced, and when the last one was.
-    pub fn synced_count(&self) -> (usize, Instant) {
+    pub(crate) fn synced_count(&self) -> (usize, Instant) {
         (
             self.synced.load(Ordering::SeqCst),
             self.at(self.synced_last_ns.load(Ordering::SeqCst)),
         )
     }
 
-    pub fn synced_bytes(&self) -> usize {
+    pub(crate) fn synced_bytes(&self) -> usize {
         self.synced_bytes.load(Ordering::SeqCst)
     }
 
     /// A proxy's stream failed.
-    pub fn fail(&self, error: String) {
+    pub(crate) fn fail(&self, error: String) {
         self.failed.fetch_add(1, Ordering::SeqCst);
         let mut first = self.first_error.write().unwrap_or_else(|e| e.into_inner());
         first.get_or_insert(error);

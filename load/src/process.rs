@@ -15,7 +15,7 @@ const TICKS_PER_SECOND: f64 = 100.0;
 const START_LIMIT: Duration = Duration::from_secs(60);
 
 /// A child process killed on drop.
-pub struct Server {
+pub(crate) struct Server {
     child: Child,
     pub xds: SocketAddr,
     pub admin: Option<SocketAddr>,
@@ -35,7 +35,7 @@ fn free_addr() -> anyhow::Result<SocketAddr> {
 }
 
 /// The `tributary` binary: `explicit`, else next to this executable.
-pub fn tributary_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub(crate) fn tributary_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = explicit {
         return Ok(p.to_owned());
     }
@@ -52,7 +52,7 @@ pub fn tributary_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// Builds peer `name`'s server with cargo (release, its own workspace and `Cargo.lock` under
 /// `load/peers/<name>/`, into `target/peers/`) and returns the binary. Cargo makes it a no-op when
 /// nothing changed.
-pub fn peer_bin(name: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn peer_bin(name: &str) -> anyhow::Result<PathBuf> {
     let load_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let manifest = load_dir.join("peers").join(name).join("Cargo.toml");
     anyhow::ensure!(
@@ -65,6 +65,10 @@ pub fn peer_bin(name: &str) -> anyhow::Result<PathBuf> {
         .context("the load crate sits in the repository")?
         .join("target")
         .join("peers");
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the cargo that runs this tool builds its peers; the load tool is its own edge"
+    )]
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("building peer {name}…");
     let status = Command::new(cargo)
@@ -92,7 +96,11 @@ impl Server {
     /// Starts tributary serving an (initially empty) mock registry with the given debounce, and
     /// waits until it is ready. Every simulated proxy connects from 127.0.0.1, so the per-peer
     /// connection limit is off.
-    pub fn tributary(bin: &Path, dir: &Path, debounce_yaml: &str) -> anyhow::Result<Self> {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a blocking wait in the load tool's synchronous driver, on no runtime"
+    )]
+    pub(crate) fn tributary(bin: &Path, dir: &Path, debounce_yaml: &str) -> anyhow::Result<Self> {
         let (xds, admin, control) = (free_addr()?, free_addr()?, free_addr()?);
         let mesh = dir.join("mesh.yaml");
         std::fs::write(&mesh, "services: []\n")?;
@@ -127,7 +135,11 @@ impl Server {
     }
 
     /// Starts the floor server (this executable's `floor` subcommand).
-    pub fn floor(delta: bool, storm_bytes: usize, push_bytes: usize) -> anyhow::Result<Self> {
+    pub(crate) fn floor(
+        delta: bool,
+        storm_bytes: usize,
+        push_bytes: usize,
+    ) -> anyhow::Result<Self> {
         let mut child = Command::new(std::env::current_exe()?)
             .args(["floor", "--storm-bytes", &storm_bytes.to_string()])
             .args(["--push-bytes", &push_bytes.to_string()])
@@ -153,7 +165,7 @@ impl Server {
     /// Starts a peer server (`load/peers/<name>/`, built by [`peer_bin`]) and waits until its ADS
     /// port accepts connections. Returns it with the protocols it serves (`sotw`, `delta`), which
     /// it prints first; `control` is its control-protocol address (`load/peers/control.rs`).
-    pub fn peer(bin: &Path) -> anyhow::Result<(Self, Vec<String>)> {
+    pub(crate) fn peer(bin: &Path) -> anyhow::Result<(Self, Vec<String>)> {
         let (xds, control) = (free_addr()?, free_addr()?);
         let mut child = Command::new(bin)
             .arg("--xds")
@@ -190,13 +202,17 @@ impl Server {
                 "{} does not accept connections on {xds}",
                 bin.display()
             );
+            #[allow(
+                clippy::disallowed_methods,
+                reason = "a blocking wait in the load tool's synchronous driver, on no runtime"
+            )]
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok((server, protocols))
     }
 
     /// A plain HTTP GET on the admin port: (status, body).
-    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+    pub(crate) fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut s = TcpStream::connect_timeout(&self.admin?, Duration::from_secs(2)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         write!(
@@ -212,7 +228,7 @@ impl Server {
     }
 
     /// A gauge or counter from `/metrics` (first sample of `name`).
-    pub fn metric(&self, name: &str) -> Option<f64> {
+    pub(crate) fn metric(&self, name: &str) -> Option<f64> {
         let (_, body) = self.get("/metrics")?;
         body.lines()
             .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
@@ -221,12 +237,12 @@ impl Server {
     }
 
     /// Resident memory, bytes.
-    pub fn rss(&self) -> u64 {
+    pub(crate) fn rss(&self) -> u64 {
         rss_of(&format!("/proc/{}/status", self.child.id()))
     }
 
     /// User + system CPU seconds so far.
-    pub fn cpu(&self) -> f64 {
+    pub(crate) fn cpu(&self) -> f64 {
         cpu_of(&format!("/proc/{}/stat", self.child.id()))
     }
 }
@@ -257,6 +273,6 @@ fn cpu_of(path: &str) -> f64 {
 }
 
 /// This process's CPU seconds (the load tool's own cost).
-pub fn own_cpu() -> f64 {
+pub(crate) fn own_cpu() -> f64 {
     cpu_of("/proc/self/stat")
 }

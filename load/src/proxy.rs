@@ -33,7 +33,7 @@ const CACHE_LEN: usize = 16;
 
 /// A list of resource names with its encodings, shared by every proxy that derives it.
 #[derive(Debug, Default)]
-pub struct NameList {
+pub(crate) struct NameList {
     pub names: HashSet<String>,
     /// As SotW `resource_names` (3) or delta `resource_names_subscribe` (3).
     pub encoded: Bytes,
@@ -56,7 +56,7 @@ type CacheKey = (&'static str, String);
 
 /// Name lists by (kind, key): computed by the first proxy that needs one.
 #[derive(Default)]
-pub struct NameCache {
+pub(crate) struct NameCache {
     recent: Mutex<VecDeque<(CacheKey, Arc<NameList>)>>,
 }
 
@@ -277,7 +277,7 @@ impl State {
 
 /// Runs one simulated proxy until its stream ends; failures are reported to `probe`. With a
 /// `recorder`, every response it receives is also recorded there.
-pub async fn run(
+pub(crate) async fn run(
     channel: Channel,
     id: usize,
     delta: bool,

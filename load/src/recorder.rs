@@ -11,14 +11,14 @@ use bytes::Bytes;
 use crate::wire::{CDS, EDS, LDS, RDS, Response};
 
 /// Type URLs in the order the recorder keeps them.
-pub const TYPES: [&str; 4] = [CDS, EDS, LDS, RDS];
+pub(crate) const TYPES: [&str; 4] = [CDS, EDS, LDS, RDS];
 
 /// One mesh state: per type (CDS, EDS, LDS, RDS), resource name → encoded resource message.
-pub type Recorded = [BTreeMap<String, Bytes>; 4];
+pub(crate) type Recorded = [BTreeMap<String, Bytes>; 4];
 
 /// The resources one proxy currently holds.
 #[derive(Default)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     state: Mutex<Recorded>,
 }
 
@@ -29,7 +29,7 @@ fn route_of(listener: &str) -> Option<&str> {
 
 impl Recorder {
     /// Takes in a response the proxy received (SotW or delta).
-    pub fn record(&self, r: &Response, delta: bool) {
+    pub(crate) fn record(&self, r: &Response, delta: bool) {
         let Some(i) = TYPES.iter().position(|t| *t == r.type_url) else {
             return;
         };
@@ -63,7 +63,7 @@ impl Recorder {
     }
 
     /// The current state.
-    pub fn snapshot(&self) -> Recorded {
+    pub(crate) fn snapshot(&self) -> Recorded {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 /// p50 / p99 / max of a set of durations, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
@@ -16,7 +16,7 @@ pub struct Stats {
 }
 
 impl Stats {
-    pub fn of(samples: &[Duration]) -> Self {
+    pub(crate) fn of(samples: &[Duration]) -> Self {
         let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
         ms.sort_by(f64::total_cmp);
         let at = |q: f64| {
@@ -37,7 +37,7 @@ impl Stats {
 
 /// One kind of change, measured on tributary and (for endpoint changes) on the floor.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ChangeResult {
+pub(crate) struct ChangeResult {
     pub change: &'static str,
     pub convergence: Stats,
     /// Server CPU seconds per event.
@@ -50,7 +50,7 @@ pub struct ChangeResult {
 
 /// One kind of change as a peer served it.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct PeerChange {
+pub(crate) struct PeerChange {
     pub change: &'static str,
     /// `None` when no sample reached every proxy (see `note`).
     pub convergence: Option<Stats>,
@@ -62,7 +62,7 @@ pub struct PeerChange {
 
 /// A peer control plane (`load/peers/<name>/`) measured in the same run.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct PeerReport {
+pub(crate) struct PeerReport {
     pub name: String,
     /// Protocols its library serves, as the peer reported them.
     pub protocols: Vec<String>,
@@ -78,14 +78,14 @@ pub struct PeerReport {
 
 /// A peer's figure for one measure, or a short reason it has none.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Cell {
+pub(crate) struct Cell {
     pub value: Option<f64>,
     pub note: Option<String>,
 }
 
 /// One row of the table: tributary, the floor (where there is one) and every peer.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Measure {
+pub(crate) struct Measure {
     pub measure: String,
     /// `s`, `ms` or `bytes`.
     pub unit: &'static str,
@@ -98,7 +98,7 @@ pub struct Measure {
 
 /// Everything one run measured.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub mesh: String,
     pub clients: usize,
     pub connections: usize,
@@ -171,7 +171,7 @@ fn run_cell(p: &PeerReport, v: Option<f64>) -> Cell {
 impl Report {
     /// Every measure, tributary beside the floor and the peers: the rows of the table and the
     /// `measures` of the JSON line.
-    pub fn measures(&self) -> Vec<Measure> {
+    pub(crate) fn measures(&self) -> Vec<Measure> {
         let row = |measure: String,
                    unit: &'static str,
                    tributary: f64,
@@ -242,7 +242,7 @@ impl Report {
         out
     }
 
-    pub fn print_table(&self) {
+    pub(crate) fn print_table(&self) {
         println!();
         println!(
             "tributary-load: mesh {}, {} {} clients over {} connections, debounce {}",
@@ -325,7 +325,7 @@ impl Report {
     }
 
     /// The report and its [`measures`](Self::measures) as one JSON line.
-    pub fn print_json(&self) {
+    pub(crate) fn print_json(&self) {
         #[derive(Serialize)]
         struct Line<'a> {
             #[serde(flatten)]

@@ -10,10 +10,10 @@ use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_va
 use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
-pub const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-pub const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-pub const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-pub const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+pub(crate) const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+pub(crate) const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+pub(crate) const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+pub(crate) const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 
 fn put_str(buf: &mut BytesMut, tag: u32, s: &str) {
     encode_key(tag, WireType::LengthDelimited, buf);
@@ -22,7 +22,7 @@ fn put_str(buf: &mut BytesMut, tag: u32, s: &str) {
 }
 
 /// Names encoded once as repeated string field `tag`, to splice into many requests.
-pub fn encode_names(tag: u32, names: &[String]) -> Bytes {
+pub(crate) fn encode_names(tag: u32, names: &[String]) -> Bytes {
     let mut buf = BytesMut::new();
     for n in names {
         put_str(&mut buf, tag, n);
@@ -31,7 +31,7 @@ pub fn encode_names(tag: u32, names: &[String]) -> Bytes {
 }
 
 /// An encoded `envoy.config.core.v3.Node { id = 1; cluster = 2 }`.
-pub fn node(id: &str) -> Bytes {
+pub(crate) fn node(id: &str) -> Bytes {
     let mut buf = BytesMut::new();
     put_str(&mut buf, 1, id);
     put_str(&mut buf, 2, "load");
@@ -45,7 +45,7 @@ fn put_message(buf: &mut BytesMut, tag: u32, msg: &[u8]) {
 }
 
 /// A SotW `DiscoveryRequest`: version_info 1, node 2, resource_names 3, type_url 4, nonce 5.
-pub fn sotw_request(
+pub(crate) fn sotw_request(
     type_url: &str,
     version: &str,
     nonce: &str,
@@ -64,7 +64,7 @@ pub fn sotw_request(
 }
 
 /// A `DeltaDiscoveryRequest`: node 1, type_url 2, subscribe 3, unsubscribe 4, nonce 6.
-pub fn delta_request(
+pub(crate) fn delta_request(
     type_url: &str,
     nonce: &str,
     subscribe: &Bytes,
@@ -84,7 +84,7 @@ pub fn delta_request(
 
 /// A response, SotW or delta, with its resources left as bytes.
 #[derive(Debug, Default)]
-pub struct Response {
+pub(crate) struct Response {
     pub type_url: String,
     pub version: String,
     pub nonce: String,
@@ -98,7 +98,7 @@ pub struct Response {
 
 /// Why a message could not be read.
 #[derive(Debug)]
-pub struct WireError(String);
+pub(crate) struct WireError(String);
 
 impl std::fmt::Display for WireError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -141,7 +141,7 @@ fn string(b: Bytes) -> String {
 
 impl Response {
     /// Parses a SotW (`delta == false`) or delta response.
-    pub fn parse(mut buf: Bytes, delta: bool) -> Result<Self, WireError> {
+    pub(crate) fn parse(mut buf: Bytes, delta: bool) -> Result<Self, WireError> {
         let mut r = Response {
             len: buf.len(),
             ..Default::default()
@@ -168,7 +168,7 @@ impl Response {
 
     /// The name of resource `i`: delta `Resource.name` (3), or for SotW field 1 of the message in
     /// the `Any` (every Envoy resource type keeps its name there).
-    pub fn name(&self, i: usize, delta: bool) -> Option<String> {
+    pub(crate) fn name(&self, i: usize, delta: bool) -> Option<String> {
         let mut buf = self.resources.get(i)?.clone();
         if delta {
             return field_string(&mut buf, 3);
@@ -179,7 +179,7 @@ impl Response {
 
     /// Resource `i` as (name, encoded resource message): the `Any`'s value, for SotW the `Any`
     /// itself and for delta the `Resource.resource` (2) field's.
-    pub fn resource(&self, i: usize, delta: bool) -> Option<(String, Bytes)> {
+    pub(crate) fn resource(&self, i: usize, delta: bool) -> Option<(String, Bytes)> {
         let name = self.name(i, delta)?;
         let mut buf = self.resources.get(i)?.clone();
         let mut any = if delta {
@@ -191,7 +191,7 @@ impl Response {
     }
 
     /// Every resource name, in order.
-    pub fn names(&self, delta: bool) -> Vec<String> {
+    pub(crate) fn names(&self, delta: bool) -> Vec<String> {
         (0..self.resources.len())
             .filter_map(|i| self.name(i, delta))
             .collect()
@@ -215,7 +215,7 @@ fn field_string(buf: &mut Bytes, want: u32) -> Option<String> {
 
 /// Requests are pre-encoded `Bytes`; responses are [`Response`]s.
 #[derive(Debug, Clone, Copy)]
-pub struct RawCodec {
+pub(crate) struct RawCodec {
     pub delta: bool,
 }
 
@@ -235,7 +235,7 @@ impl Codec for RawCodec {
 }
 
 #[derive(Debug)]
-pub struct RawEncoder;
+pub(crate) struct RawEncoder;
 
 impl Encoder for RawEncoder {
     type Item = Bytes;
@@ -248,7 +248,7 @@ impl Encoder for RawEncoder {
 }
 
 #[derive(Debug)]
-pub struct RawDecoder {
+pub(crate) struct RawDecoder {
     delta: bool,
 }
 

@@ -6,9 +6,14 @@
 //! | --- | --- | --- | --- |
 //! | `pilot_k8s_reg_events` | counter | `type` (`Services`, `EndpointSlice`, `Pods`, `Nodes`), `event` (`add`, `update`, `delete`) | Kubernetes objects the registry watched change |
 //! | `pilot_k8s_cfg_events` | counter | `type` (`ServiceEntry`, `WorkloadEntry`), `event` | Istio config objects changed, from any config source (files or a cluster) |
+//! | `pilot_k8s_endpoints_pending_pod` | gauge | `cluster` | endpoints whose pod is not known yet |
+//! | `tributary_consul_watches` | gauge | `registry` | blocking queries a Consul registry keeps open |
+//! | `tributary_consul_requests` | counter | `registry`, `endpoint`, `outcome` | HTTP requests a Consul registry made |
 //!
-//! Label values come from closed sets. The other registries' activity (Consul, mock) is counted by
-//! the aggregate per registry, as `tributary_registry_changes`.
+//! Label values come from closed sets or the config file (cluster and registry names). The other
+//! registries' activity (Consul, mock) is counted by the aggregate per registry, as
+//! `tributary_registry_changes`. Every metric the adapters emit goes through a function of this
+//! file.
 
 /// What happened to a watched object; the `event` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,4 +74,21 @@ pub(crate) fn k8s_registry_event(kind: &'static str, event: ObjectEvent) {
 pub(crate) fn config_event(kind: &'static str, event: ObjectEvent) {
     metrics::counter!("pilot_k8s_cfg_events", "type" => kind, "event" => event.label())
         .increment(1);
+}
+
+/// The gauge of endpoints in Kubernetes cluster `cluster` whose pod is not known yet.
+pub(crate) fn k8s_pending_pods(cluster: &str) -> metrics::Gauge {
+    metrics::gauge!("pilot_k8s_endpoints_pending_pod", "cluster" => cluster.to_string())
+}
+
+/// Consul registry `registry` keeps `n` blocking queries open.
+pub(crate) fn consul_watches(registry: &str, n: usize) {
+    metrics::gauge!("tributary_consul_watches", "registry" => registry.to_string()).set(n as f64);
+}
+
+/// Consul registry `registry` made a request to `endpoint` that ended in `outcome`.
+pub(crate) fn consul_request(registry: &str, endpoint: &'static str, outcome: &'static str) {
+    metrics::counter!("tributary_consul_requests", "registry" => registry.to_string(),
+        "endpoint" => endpoint, "outcome" => outcome)
+    .increment(1);
 }

@@ -8,7 +8,7 @@ use crate::config::AdminSettings;
 
 /// Why a mutating call is refused: the status and the text the client gets.
 #[derive(Debug, thiserror::Error)]
-pub enum Refusal {
+pub(super) enum Refusal {
     /// `admin.allow_push` is off.
     #[error("pushes through the admin API are disabled; set admin.allow_push: true to enable them")]
     Disabled,
@@ -22,7 +22,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The HTTP status for this refusal.
-    pub fn status(&self) -> StatusCode {
+    pub(super) fn status(&self) -> StatusCode {
         match self {
             Refusal::Disabled => StatusCode::FORBIDDEN,
             Refusal::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -32,7 +32,10 @@ impl Refusal {
 }
 
 /// Whether this request may call a mutating handler.
-pub fn authorize_mutation(settings: &AdminSettings, headers: &HeaderMap) -> Result<(), Refusal> {
+pub(super) fn authorize_mutation(
+    settings: &AdminSettings,
+    headers: &HeaderMap,
+) -> Result<(), Refusal> {
     if !settings.allow_push {
         return Err(Refusal::Disabled);
     }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::AdminState;
 
 /// The handlers, for `/debug` and `/debug/list`.
-pub const HANDLERS: &[(&str, &str)] = &[
+pub(super) const HANDLERS: &[(&str, &str)] = &[
     (
         "/debug/registryz",
         "Registries, their sync and health, and every merged service",
@@ -39,7 +39,7 @@ pub const HANDLERS: &[(&str, &str)] = &[
 ];
 
 /// `/debug/registryz`: registry status plus the merged services.
-pub fn registryz(state: &AdminState) -> Value {
+pub(super) fn registryz(state: &AdminState) -> Value {
     let view = state.registries.load();
     let services: Vec<Value> = state
         .store
@@ -76,7 +76,7 @@ pub fn registryz(state: &AdminState) -> Value {
 /// (REG-11); plus `rules`: every DestinationRule and VirtualService served, merged from every
 /// config source, each with its source and whole spec (`exportTo` and `workloadSelector`
 /// included: stored and shown here, not applied).
-pub fn configz(state: &AdminState) -> Value {
+pub(super) fn configz(state: &AdminState) -> Value {
     let view = state.registries.load();
     let rejected: Vec<Value> = view
         .registries
@@ -104,7 +104,7 @@ pub fn configz(state: &AdminState) -> Value {
 
 /// `/debug/endpointz`: hostname → shard (`<registry>/<cluster>`) → endpoints, like istiod's
 /// `endpointShardz`.
-pub fn endpointz(state: &AdminState) -> Value {
+pub(super) fn endpointz(state: &AdminState) -> Value {
     let mut out = BTreeMap::new();
     if let Some(s) = state.store.load() {
         for m in s.services.values() {
@@ -129,7 +129,7 @@ pub fn endpointz(state: &AdminState) -> Value {
 }
 
 /// `/debug/push_status`: current config issues, grouped the way istiod's push status is.
-pub fn push_status(state: &AdminState) -> Value {
+pub(super) fn push_status(state: &AdminState) -> Value {
     let issues = state
         .store
         .load()
@@ -139,7 +139,7 @@ pub fn push_status(state: &AdminState) -> Value {
 }
 
 /// An HTML index of the handlers, as istiod's `/debug`.
-pub fn index_html() -> String {
+pub(super) fn index_html() -> String {
     let rows: String = HANDLERS
         .iter()
         .map(|(path, help)| {

@@ -7,8 +7,9 @@
 //! exporter, counters carry no `_total` suffix (the `process_*` family keeps Prometheus' own
 //! names). The `metrics` crate has one global recorder per process, so it is installed once and
 //! every admin server (several in one test binary) renders it. Each subsystem names and describes
-//! its own metrics (`xds::metrics`, `aggregate::metrics`, `tributary_registries::metrics`); this
-//! module registers those descriptions when it installs the recorder.
+//! its own metrics (`xds::metrics`, `aggregate::metrics`, `snapshot::metrics`, `runtime::metrics`,
+//! `tributary_registries::metrics`); this module registers those descriptions when it installs the
+//! recorder.
 
 use std::sync::OnceLock;
 
@@ -46,17 +47,14 @@ pub fn handle() -> &'static PrometheusHandle {
 fn describe() {
     crate::xds::metrics::describe();
     crate::aggregate::metrics::describe();
+    crate::snapshot::metrics::describe();
+    crate::runtime::metrics::describe();
     tributary_registries::metrics::describe();
     super::process::describe();
     super::tasks::describe();
     metrics::describe_gauge!(
         "istio_build",
         "Istio component build info (tag: tributary's version)."
-    );
-    metrics::describe_histogram!(
-        "tributary_snapshot_build_seconds",
-        metrics::Unit::Seconds,
-        "Time to build a snapshot from a batch of registry changes."
     );
 }
 
@@ -103,5 +101,69 @@ mod tests {
             assert!(text.contains(&format!("\n{family} ")), "{family} in {text}");
             assert!(text.contains(&format!("# HELP {family} ")), "HELP {family}");
         }
+    }
+    /// The metric names `text` emits (`counter!`, `gauge!`, `histogram!`) or describes
+    /// (`describe_*!`): the first string literal after each macro's opening parenthesis, when it
+    /// reads as a metric name.
+    fn metric_names(text: &str, describe: bool) -> Vec<String> {
+        let mut names = Vec::new();
+        for kind in ["counter!(", "gauge!(", "histogram!("] {
+            for (at, _) in text.match_indices(kind) {
+                if text[..at].ends_with("describe_") != describe {
+                    continue;
+                }
+                let rest = text[at + kind.len()..].trim_start();
+                let name = rest.strip_prefix('"').and_then(|r| r.split('"').next());
+                if let Some(name) = name.filter(|n| {
+                    !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                }) {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        names
+    }
+
+    /// The non-test Rust sources under `dir`.
+    fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("source directory reads") {
+            let path = entry.expect("directory entry").path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if path.is_dir() {
+                if name != "tests" {
+                    sources(&path, out);
+                }
+            } else if name.ends_with(".rs") && name != "tests.rs" {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Each subsystem names and describes its metrics in one place: every metric is emitted from
+    /// a file that also describes it, and none is emitted undescribed (a `/metrics` family
+    /// without HELP).
+    #[test]
+    fn every_emitted_metric_is_described_where_it_is_emitted() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        sources(&root.join("src"), &mut files);
+        sources(&root.join("registries/src"), &mut files);
+        let mut emitted = 0;
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("source reads");
+            let described = metric_names(&text, true);
+            for name in metric_names(&text, false) {
+                emitted += 1;
+                assert!(
+                    described.contains(&name),
+                    "{} emits `{name}` without describing it there",
+                    file.display()
+                );
+            }
+        }
+        assert!(emitted > 20, "the scan found the metrics ({emitted})");
     }
 }

@@ -16,7 +16,7 @@ const USER_HZ: f64 = 100.0;
 const KIB: f64 = 1024.0;
 
 /// Registers the descriptions (HELP lines).
-pub fn describe() {
+pub(super) fn describe() {
     metrics::describe_gauge!(
         "process_cpu_seconds_total",
         metrics::Unit::Seconds,
@@ -41,7 +41,7 @@ pub fn describe() {
 }
 
 /// Samples `/proc/self` into the gauges.
-pub fn sample() {
+pub(super) fn sample() {
     sample_from(Path::new("/proc/self"));
 }
 

@@ -7,14 +7,14 @@ use std::time::Duration;
 /// A run at least this long counts as stable: the budget is whole again after it. Long enough that
 /// a crash loop with doubling delays never reaches it before the budget is spent at the defaults
 /// (10 restarts from 200 ms), short enough that a crash a day later starts from a full budget.
-pub const STABLE_PERIOD: Duration = Duration::from_secs(120);
+pub(super) const STABLE_PERIOD: Duration = Duration::from_secs(120);
 
 /// The longest delay between restarts, whatever the doubling says.
-pub const MAX_DELAY: Duration = Duration::from_secs(30);
+pub(super) const MAX_DELAY: Duration = Duration::from_secs(30);
 
 /// Restarts left and the next delay.
 #[derive(Debug, Clone)]
-pub struct RestartBudget {
+pub(super) struct RestartBudget {
     max: u32,
     initial: Duration,
     left: u32,
@@ -23,7 +23,7 @@ pub struct RestartBudget {
 
 impl RestartBudget {
     /// `max` restarts, the first after `initial`.
-    pub fn new(max: u32, initial: Duration) -> Self {
+    pub(super) fn new(max: u32, initial: Duration) -> Self {
         Self {
             max,
             initial,
@@ -34,7 +34,7 @@ impl RestartBudget {
 
     /// Envoy exited abnormally after running `uptime`: the delay before the next start, or `None`
     /// when the budget is spent.
-    pub fn on_failure(&mut self, uptime: Duration) -> Option<Duration> {
+    pub(super) fn on_failure(&mut self, uptime: Duration) -> Option<Duration> {
         if uptime >= STABLE_PERIOD {
             self.left = self.max;
             self.next = self.initial;
@@ -49,7 +49,7 @@ impl RestartBudget {
     }
 
     /// How many restarts the budget allows in a row.
-    pub fn max(&self) -> u32 {
+    pub(super) fn max(&self) -> u32 {
         self.max
     }
 }

@@ -18,7 +18,7 @@ const SETTLE: Duration = Duration::from_millis(200);
 const WAKE_CAPACITY: usize = 1;
 
 /// The watch; dropping it stops watching.
-pub struct CertWatch {
+pub(super) struct CertWatch {
     files: Vec<PathBuf>,
     last: u64,
     wake: mpsc::Receiver<()>,
@@ -37,7 +37,7 @@ impl std::fmt::Debug for CertWatch {
 
 impl CertWatch {
     /// Watches `files` (none: never fires).
-    pub fn new(files: Vec<PathBuf>) -> Result<Self, AgentError> {
+    pub(super) fn new(files: Vec<PathBuf>) -> Result<Self, AgentError> {
         let (tx, wake) = mpsc::channel(WAKE_CAPACITY);
         let last = fingerprint(&files);
         if files.is_empty() {
@@ -79,7 +79,7 @@ impl CertWatch {
 
     /// Resolves when the files' content changed since the last time it resolved. Cancel-safe: a
     /// wake-up seen before the future was dropped is remembered in `settle_until`.
-    pub async fn changed(&mut self) {
+    pub(super) async fn changed(&mut self) {
         loop {
             let until = match self.settle_until {
                 Some(t) => t,

@@ -61,7 +61,9 @@ mod opt_duration {
 
     use serde::{Deserialize, Deserializer};
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
         #[derive(Deserialize)]
         struct Wrap(#[serde(with = "tributary_registries::duration")] Duration);
         Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
@@ -174,14 +176,14 @@ impl ConsulRegistration {
 
 /// Talks to the Consul agent.
 #[derive(Debug, Clone)]
-pub struct Registrar {
+pub(super) struct Registrar {
     client: reqwest::Client,
     reg: ConsulRegistration,
 }
 
 impl Registrar {
     /// A registrar for `reg`.
-    pub fn new(reg: ConsulRegistration) -> Self {
+    pub(super) fn new(reg: ConsulRegistration) -> Self {
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
@@ -214,7 +216,7 @@ impl Registrar {
     }
 
     /// Registers, retrying until the agent takes it.
-    pub async fn register_until_done(&self) {
+    pub(super) async fn register_until_done(&self) {
         let def = self.reg.definition();
         loop {
             match self.put("/v1/agent/service/register", Some(&def)).await {
@@ -229,7 +231,7 @@ impl Registrar {
     }
 
     /// Deregisters (once; a failure is logged by the caller).
-    pub async fn deregister(&self) -> Result<(), AgentError> {
+    pub(super) async fn deregister(&self) -> Result<(), AgentError> {
         self.put(
             &format!("/v1/agent/service/deregister/{}", self.reg.id),
             None,

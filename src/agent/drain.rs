@@ -15,7 +15,7 @@ const DRAIN_POLL: Duration = Duration::from_millis(100);
 const QUIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Drains `envoy` for at most `drain_time`, then stops it.
-pub async fn drain_and_stop(admin: &Admin, envoy: &mut EnvoyProc, drain_time: Duration) {
+pub(super) async fn drain_and_stop(admin: &Admin, envoy: &mut EnvoyProc, drain_time: Duration) {
     let started = Instant::now();
     for path in ["/healthcheck/fail", "/drain_listeners?graceful&skip_exit"] {
         if let Err(e) = admin.post(path).await {
@@ -47,7 +47,7 @@ pub async fn drain_and_stop(admin: &Admin, envoy: &mut EnvoyProc, drain_time: Du
 }
 
 /// `/quitquitquit`, then SIGKILL after [`QUIT_TIMEOUT`].
-pub async fn stop(admin: &Admin, envoy: &mut EnvoyProc) {
+pub(super) async fn stop(admin: &Admin, envoy: &mut EnvoyProc) {
     if !envoy.exited()
         && let Err(e) = admin.post("/quitquitquit").await
     {

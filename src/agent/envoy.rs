@@ -25,11 +25,11 @@ const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The last lines Envoy printed.
-pub type Tail = Arc<Mutex<VecDeque<String>>>;
+pub(super) type Tail = Arc<Mutex<VecDeque<String>>>;
 
 /// A running Envoy (killed if dropped).
 #[derive(Debug)]
-pub struct EnvoyProc {
+pub(super) struct EnvoyProc {
     child: Child,
     /// Its `--restart-epoch`.
     pub epoch: u32,
@@ -43,7 +43,11 @@ pub struct EnvoyProc {
 
 impl EnvoyProc {
     /// Starts Envoy for `epoch` on bootstrap `config`.
-    pub fn spawn(o: &AgentOptions, config: &Path, epoch: u32) -> Result<EnvoyProc, AgentError> {
+    pub(super) fn spawn(
+        o: &AgentOptions,
+        config: &Path,
+        epoch: u32,
+    ) -> Result<EnvoyProc, AgentError> {
         let mut cmd = Command::new(&o.envoy);
         cmd.args(o.envoy_args(config, epoch))
             .stdin(Stdio::null())
@@ -73,7 +77,7 @@ impl EnvoyProc {
     }
 
     /// Waits for it to exit (and for its last output).
-    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+    pub(super) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         let status = self.child.wait().await?;
         let _ = tokio::time::timeout(OUTPUT_GRACE, async {
             while self.readers.join_next().await.is_some() {}
@@ -83,17 +87,17 @@ impl EnvoyProc {
     }
 
     /// Whether it has exited (without waiting).
-    pub fn exited(&mut self) -> bool {
+    pub(super) fn exited(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
     }
 
     /// SIGKILL, and wait.
-    pub async fn kill(&mut self) {
+    pub(super) async fn kill(&mut self) {
         let _ = self.child.kill().await;
     }
 
     /// The last lines it printed, oldest first.
-    pub fn tail(&self) -> String {
+    pub(super) fn tail(&self) -> String {
         let t = self.tail.lock().unwrap_or_else(|p| p.into_inner());
         t.iter().cloned().collect::<Vec<_>>().join("\n")
     }
@@ -115,14 +119,14 @@ async fn forward(pipe: impl AsyncRead + Unpin, tail: Tail) {
 
 /// Envoy's admin API at `127.0.0.1:<port>`.
 #[derive(Debug, Clone)]
-pub struct Admin {
+pub(super) struct Admin {
     client: reqwest::Client,
     base: String,
 }
 
 impl Admin {
     /// The admin API on `port`.
-    pub fn new(port: u16) -> Self {
+    pub(super) fn new(port: u16) -> Self {
         let client = reqwest::Client::builder()
             .timeout(ADMIN_TIMEOUT)
             .no_proxy()
@@ -135,7 +139,7 @@ impl Admin {
     }
 
     /// `GET path`: status and body.
-    pub async fn get(&self, path: &str) -> Result<(u16, String), AgentError> {
+    pub(super) async fn get(&self, path: &str) -> Result<(u16, String), AgentError> {
         let r = self
             .client
             .get(format!("{}{path}", self.base))
@@ -151,7 +155,7 @@ impl Admin {
     }
 
     /// `POST path`, which must answer 200.
-    pub async fn post(&self, path: &str) -> Result<(), AgentError> {
+    pub(super) async fn post(&self, path: &str) -> Result<(), AgentError> {
         let r = self
             .client
             .post(format!("{}{path}", self.base))
@@ -165,13 +169,13 @@ impl Admin {
     }
 
     /// Counters and gauges whose names match the regex `filter`.
-    pub async fn stats(&self, filter: &str) -> Result<BTreeMap<String, u64>, AgentError> {
+    pub(super) async fn stats(&self, filter: &str) -> Result<BTreeMap<String, u64>, AgentError> {
         let (_, body) = self.get(&format!("/stats?filter={filter}")).await?;
         Ok(parse_stats(&body))
     }
 
     /// Envoy's readiness as pilot-agent judges it: LIVE, and a first CDS and LDS received.
-    pub async fn ready(&self) -> Result<(), String> {
+    pub(super) async fn ready(&self) -> Result<(), String> {
         let live = self.get("/ready").await.map_err(|e| e.to_string())?;
         let stats = self
             .stats(r"^(cluster_manager\.cds|listener_manager\.lds)\.update_(success|rejected)$")
@@ -181,7 +185,7 @@ impl Admin {
     }
 
     /// Active downstream connections on Envoy's listeners (all epochs; the admin's excluded).
-    pub async fn active_connections(&self) -> Result<u64, AgentError> {
+    pub(super) async fn active_connections(&self) -> Result<u64, AgentError> {
         let stats = self.stats(r"^listener\..*\.downstream_cx_active$").await?;
         Ok(stats
             .iter()
@@ -193,7 +197,7 @@ impl Admin {
 }
 
 /// `name: value` lines (histograms and text values skipped).
-pub fn parse_stats(body: &str) -> BTreeMap<String, u64> {
+pub(super) fn parse_stats(body: &str) -> BTreeMap<String, u64> {
     body.lines()
         .filter_map(|l| l.split_once(": "))
         .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
@@ -202,7 +206,7 @@ pub fn parse_stats(body: &str) -> BTreeMap<String, u64> {
 
 /// Ready when `/ready` says LIVE and CDS and LDS each answered at least once (accepted or not: a
 /// rejected first config still means the control plane is talking to this proxy).
-pub fn readiness(ready_body: &str, stats: &BTreeMap<String, u64>) -> Result<(), String> {
+pub(super) fn readiness(ready_body: &str, stats: &BTreeMap<String, u64>) -> Result<(), String> {
     if ready_body.trim() != "LIVE" {
         return Err(format!("Envoy is {}", ready_body.trim()));
     }

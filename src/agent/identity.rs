@@ -73,7 +73,7 @@ pub fn default_route_ip() -> Result<IpAddr, AgentError> {
 
 /// The service account named by the first SPIFFE ID (`spiffe://<td>/ns/<ns>/sa/<sa>`) of the
 /// certificate chain in `cert`; `None` if it has none of that shape.
-pub fn service_account(cert: &Path) -> Result<Option<String>, AgentError> {
+pub(super) fn service_account(cert: &Path) -> Result<Option<String>, AgentError> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
     let pem = std::fs::read(cert).map_err(|e| AgentError::File {

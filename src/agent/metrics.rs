@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Counters and gauges of one agent.
 #[derive(Debug, Default)]
-pub struct AgentMetrics {
+pub(super) struct AgentMetrics {
     /// Envoy started again after an abnormal exit.
     pub restarts: AtomicU64,
     /// Hot restarts (a new epoch taking over from a running Envoy).
@@ -24,7 +24,7 @@ pub struct AgentMetrics {
 impl AgentMetrics {
     /// Prometheus text; `update_times` are Envoy's `*.update_time` gauges (ms since the Unix
     /// epoch), from which the age of the newest config is derived.
-    pub fn render(&self, update_times: &BTreeMap<String, u64>) -> String {
+    pub(super) fn render(&self, update_times: &BTreeMap<String, u64>) -> String {
         let mut out = String::new();
         let mut family = |name: &str, kind: &str, help: &str, value: String| {
             let _ = writeln!(out, "# HELP {name} {help}");

@@ -21,7 +21,7 @@ type Reply = Response<Full<Bytes>>;
 
 /// What the status server reads.
 #[derive(Debug, Clone)]
-pub struct StatusState {
+pub(super) struct StatusState {
     /// Envoy's admin API.
     pub admin: Admin,
     /// The agent's metrics.
@@ -31,7 +31,7 @@ pub struct StatusState {
 }
 
 /// Serves until the task is dropped (the agent owns it).
-pub async fn serve(listener: TcpListener, state: StatusState) {
+pub(super) async fn serve(listener: TcpListener, state: StatusState) {
     let mut connections = JoinSet::new();
     loop {
         let (stream, peer) = match listener.accept().await {

@@ -26,7 +26,7 @@ const REAP_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How the loop ended without an error.
 #[derive(Debug)]
-pub enum Outcome {
+pub(super) enum Outcome {
     /// SIGTERM or SIGINT: Envoy was drained and stopped.
     Stopped,
     /// Envoy exited by itself with status 0.
@@ -45,7 +45,7 @@ enum Next {
 
 /// What a stop (requested or Envoy's clean exit) does before Envoy is drained.
 #[derive(Debug)]
-pub struct StopHooks {
+pub(super) struct StopHooks {
     /// Set first: readiness fails from then on.
     pub draining: Arc<AtomicBool>,
     /// Deregistered next, so the mesh stops sending before the listeners close.
@@ -64,7 +64,7 @@ impl StopHooks {
 }
 
 /// The state the loop owns.
-pub struct Supervisor {
+pub(super) struct Supervisor {
     o: AgentOptions,
     service_account: Option<String>,
     admin: Admin,
@@ -82,7 +82,7 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// A supervisor for `o`; nothing runs until [`Self::run`].
-    pub fn new(
+    pub(super) fn new(
         o: AgentOptions,
         service_account: Option<String>,
         admin: Admin,
@@ -133,7 +133,7 @@ impl Supervisor {
     }
 
     /// Runs until a signal, a clean Envoy exit, or a spent budget.
-    pub async fn run(mut self) -> Result<Outcome, AgentError> {
+    pub(super) async fn run(mut self) -> Result<Outcome, AgentError> {
         let sig = |k| signal(k).map_err(|e| AgentError::Signal(e.to_string()));
         let mut term = sig(SignalKind::terminate())?;
         let mut int = sig(SignalKind::interrupt())?;

@@ -26,13 +26,13 @@ use tributary_registries::duration::deadline;
 #[serde(deny_unknown_fields, default)]
 pub struct DebounceSettings {
     /// Quiet time a service change waits for (istiod `PILOT_DEBOUNCE_AFTER`).
-    #[serde(with = "crate::config::duration")]
+    #[serde(with = "tributary_registries::duration")]
     pub debounce_after: Duration,
     /// Longest a change waits under continuous churn (istiod `PILOT_DEBOUNCE_MAX`).
-    #[serde(with = "crate::config::duration")]
+    #[serde(with = "tributary_registries::duration")]
     pub debounce_max: Duration,
     /// Quiet time an endpoint-only change waits for; 0 pushes as soon as the builder is free.
-    #[serde(with = "crate::config::duration")]
+    #[serde(with = "tributary_registries::duration")]
     pub endpoint_debounce_after: Duration,
 }
 

@@ -11,10 +11,13 @@
 //! | `tributary_registry_stale_since_timestamp_seconds` | gauge | `registry` | when a degraded registry's state went stale |
 //! | `tributary_registry_rejected_objects` | gauge | `registry` | config objects it currently rejects |
 //!
-//! `registry` values are configured registry names: bounded by the config file.
+//! `registry` values are configured registry names: bounded by the config file. Every metric the
+//! aggregate emits goes through a function of this file.
+
+use std::time::Duration;
 
 /// Registers the descriptions (HELP lines). Safe to call repeatedly.
-pub fn describe() {
+pub(crate) fn describe() {
     metrics::describe_counter!(
         "pilot_inbound_updates",
         "Total number of updates received by pilot (svc, eds, svcdelete)."
@@ -49,6 +52,39 @@ pub fn describe() {
         "tributary_registry_rejected_objects",
         "Config objects the registry currently rejects (see /debug/configz)."
     );
+}
+
+/// A debounced batch turned into a push: how long its first change waited, what kind of change
+/// triggered it (`service` or `endpoint`), and how many services are merged now.
+pub(crate) fn push_started(waited: Duration, reason: &'static str, services: usize) {
+    metrics::histogram!("pilot_debounce_time").record(waited.as_secs_f64());
+    metrics::counter!("pilot_push_triggers", "type" => reason).increment(1);
+    metrics::gauge!("pilot_services").set(services as f64);
+}
+
+/// A registry update arrived; `kind` is istiod's: `svc`, `eds` (only endpoints changed) or
+/// `svcdelete`.
+pub(crate) fn inbound_update(kind: &'static str) {
+    metrics::counter!("pilot_inbound_updates", "type" => kind).increment(1);
+}
+
+/// The state of configured registry `registry`, as published to `/debug/registryz`.
+pub(crate) fn registry_state(
+    registry: &str,
+    synced: bool,
+    degraded: bool,
+    stale_since: f64,
+    rejected: usize,
+) {
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    metrics::gauge!("tributary_registry_synced", "registry" => registry.to_string())
+        .set(flag(synced));
+    metrics::gauge!("tributary_registry_degraded", "registry" => registry.to_string())
+        .set(flag(degraded));
+    metrics::gauge!("tributary_registry_stale_since_timestamp_seconds", "registry" => registry.to_string())
+        .set(stale_since);
+    metrics::gauge!("tributary_registry_rejected_objects", "registry" => registry.to_string())
+        .set(rejected as f64);
 }
 
 /// Registry `registry` sent a change.

@@ -7,6 +7,8 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 use tributary_registries::{RegistryId, RegistryStatus, Rejection};
 
+mod rfc3339;
+
 /// Where a registry is in its initial sync.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -16,13 +18,13 @@ pub enum SyncState {
     /// Reported its complete initial state.
     Synced {
         /// When.
-        #[serde(with = "crate::config::rfc3339")]
+        #[serde(serialize_with = "rfc3339::serialize")]
         at: SystemTime,
     },
     /// Did not sync within the sync timeout; served without it.
     TimedOut {
         /// When the timeout passed.
-        #[serde(with = "crate::config::rfc3339")]
+        #[serde(serialize_with = "rfc3339::serialize")]
         at: SystemTime,
     },
 }
@@ -38,12 +40,12 @@ pub struct RegistryInfo {
     #[serde(serialize_with = "serialize_status")]
     pub status: RegistryStatus,
     /// Since when it has been degraded (the "stale since" of REG-2).
-    #[serde(with = "crate::config::rfc3339_opt")]
+    #[serde(serialize_with = "rfc3339::serialize_opt")]
     pub degraded_since: Option<SystemTime>,
     /// Hostnames it currently reports.
     pub services: usize,
     /// When it last reported anything.
-    #[serde(with = "crate::config::rfc3339_opt")]
+    #[serde(serialize_with = "rfc3339::serialize_opt")]
     pub last_event: Option<SystemTime>,
     /// Config objects it currently rejects (REG-11), as it last reported them.
     pub rejected: Vec<Rejection>,

@@ -214,14 +214,12 @@ impl Aggregate {
             })
             .collect::<Vec<_>>();
         let waited = due.first.elapsed();
-        metrics::histogram!("pilot_debounce_time").record(waited.as_secs_f64());
         let reason = if due.service_change {
             "service"
         } else {
             "endpoint"
         };
-        metrics::counter!("pilot_push_triggers", "type" => reason).increment(1);
-        metrics::gauge!("pilot_services").set(self.merged.len() as f64);
+        super::metrics::push_started(waited, reason, self.merged.len());
         tracing::debug!(
             hosts = hosts.len(),
             events = due.events,
@@ -363,14 +361,14 @@ impl Aggregate {
                     Some(old) if old.service == state.service => "eds",
                     _ => "svc",
                 };
-                metrics::counter!("pilot_inbound_updates", "type" => inbound).increment(1);
+                super::metrics::inbound_update(inbound);
                 if per_registry.insert(pos, state).is_none() {
                     self.registries[pos].services += 1;
                 }
                 "svc"
             }
             Change::Delete(_) => {
-                metrics::counter!("pilot_inbound_updates", "type" => "svcdelete").increment(1);
+                super::metrics::inbound_update("svcdelete");
                 if per_registry.remove(&pos).is_some() {
                     self.registries[pos].services -= 1;
                 }
@@ -430,23 +428,21 @@ impl Aggregate {
 
     fn publish_view(&self) {
         for info in &self.registries {
-            let label = info.id.to_string();
             let synced = matches!(info.sync, SyncState::Synced { .. });
-            metrics::gauge!("tributary_registry_synced", "registry" => label.clone())
-                .set(if synced { 1.0 } else { 0.0 });
             let degraded = matches!(info.status, RegistryStatus::Degraded { .. });
-            metrics::gauge!("tributary_registry_degraded", "registry" => label.clone())
-                .set(if degraded { 1.0 } else { 0.0 });
             // REG-2: "registry stale since", as a Unix time to alert on (`time() - x > 300`); 0
             // while healthy.
             let since = info
                 .degraded_since
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map_or(0.0, |d| d.as_secs_f64());
-            metrics::gauge!("tributary_registry_stale_since_timestamp_seconds", "registry" => label.clone())
-                .set(since);
-            metrics::gauge!("tributary_registry_rejected_objects", "registry" => label)
-                .set(info.rejected.len() as f64);
+            super::metrics::registry_state(
+                info.id.as_str(),
+                synced,
+                degraded,
+                since,
+                info.rejected.len(),
+            );
         }
         self.view.publish(self.registries.clone(), self.serving);
     }

@@ -43,7 +43,7 @@ impl LogFormat {
 }
 
 /// Parses a filter strictly: every directive must be valid.
-pub fn parse_filter(filter: &str) -> Result<EnvFilter, LogError> {
+pub(super) fn parse_filter(filter: &str) -> Result<EnvFilter, LogError> {
     EnvFilter::builder()
         .parse(filter)
         .map_err(|source| LogError::Filter {
@@ -53,7 +53,7 @@ pub fn parse_filter(filter: &str) -> Result<EnvFilter, LogError> {
 }
 
 /// Installs the global subscriber.
-pub fn init(filter: &str, format: LogFormat) -> Result<(), LogError> {
+pub(super) fn init(filter: &str, format: LogFormat) -> Result<(), LogError> {
     let filter = parse_filter(filter)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -83,7 +83,7 @@ pub(super) struct Supervisor {
 
 impl Supervisor {
     /// Starts every registry of `registries`; returns the supervisor and the mock handles.
-    pub fn start(
+    pub(super) fn start(
         registries: &[RegistryConfig],
         rules: ConfigStore,
         events: mpsc::Sender<RegistryMessage>,
@@ -157,7 +157,7 @@ impl Supervisor {
     }
 
     /// Applies the registries of a reloaded config.
-    pub async fn apply(&mut self, new: &[RegistryConfig]) {
+    pub(super) async fn apply(&mut self, new: &[RegistryConfig]) {
         let names: Vec<&str> = new.iter().map(RegistryConfig::name).collect();
         self.rules
             .set_order(names.iter().copied().map(RegistryId::new).collect());
@@ -207,7 +207,7 @@ impl Supervisor {
     }
 
     /// Runs until shutdown, reloading from `source` on SIGHUP and when the file changes.
-    pub async fn run(mut self, source: Option<ConfigSource>, mut current: Config) {
+    pub(super) async fn run(mut self, source: Option<ConfigSource>, mut current: Config) {
         let Some(source) = source else {
             self.shutdown.cancelled().await;
             return;

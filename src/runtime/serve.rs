@@ -29,7 +29,7 @@ pub(super) struct Listeners {
 
 impl Listeners {
     /// Binds the plaintext port and, if configured, loads TLS and binds the mTLS port.
-    pub async fn bind(config: &Config) -> anyhow::Result<Self> {
+    pub(super) async fn bind(config: &Config) -> anyhow::Result<Self> {
         let plain = TcpListener::bind(config.xds_addr).await.with_context(|| {
             format!(
                 "cannot listen for xDS on {}: is another tributary or istiod running? (--xds-addr)",
@@ -84,7 +84,7 @@ impl Listeners {
     }
 
     /// The control API's address, if it is served.
-    pub fn control_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+    pub(super) fn control_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
         Ok(match &self.control {
             Some((l, _)) => Some(l.local_addr()?),
             None => None,
@@ -92,7 +92,7 @@ impl Listeners {
     }
 
     /// The mTLS address, if any.
-    pub fn tls_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+    pub(super) fn tls_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
         Ok(match &self.tls {
             Some((l, _)) => Some(l.local_addr()?),
             None => None,

@@ -38,7 +38,7 @@ const RESTART_RESET_AFTER: Duration = Duration::from_secs(60);
 pub(super) use tributary_registries::RegistryFactory;
 
 /// The text of a panic payload, or a placeholder when it is not text.
-pub fn panic_message(err: JoinError) -> String {
+pub(super) fn panic_message(err: JoinError) -> String {
     if err.is_cancelled() {
         return "cancelled".to_string();
     }
@@ -98,7 +98,7 @@ pub(super) async fn supervise_registry(
             backoff = RESTART_INITIAL;
         }
         restarts += 1;
-        metrics::counter!("tributary_registry_restarts", "registry" => id.to_string()).increment(1);
+        super::metrics::registry_restarted(id.as_str());
         error!(registry = %id, %reason, restart_in = ?backoff, restarts, "registry task died; serving its last state and restarting it");
         // Degraded first, then Restart: the aggregate keeps every hostname until the new instance
         // has synced, and the degraded mark shows the panic message meanwhile.
@@ -123,12 +123,12 @@ pub(super) struct TaskNames(HashMap<Id, &'static str>);
 
 impl TaskNames {
     /// Records that task `id` is `name`.
-    pub fn insert(&mut self, id: Id, name: &'static str) {
+    pub(super) fn insert(&mut self, id: Id, name: &'static str) {
         self.0.insert(id, name);
     }
 
     /// What a critical task's end means: which task, and how it ended.
-    pub fn describe(&self, ended: Result<Id, JoinError>) -> String {
+    pub(super) fn describe(&self, ended: Result<Id, JoinError>) -> String {
         match ended {
             Ok(id) => format!("the {} task ended unexpectedly", self.name(id)),
             Err(e) => {

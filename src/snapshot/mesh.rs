@@ -379,7 +379,7 @@ pub async fn run_builder(
         };
         mesh = back;
         let took = started.elapsed();
-        metrics::histogram!("tributary_snapshot_build_seconds").record(took.as_secs_f64());
+        super::metrics::built(took);
         match snapshot {
             Some(snapshot) => {
                 let first = !store.is_ready();

@@ -16,7 +16,7 @@ use crate::snapshot::View;
 pub const LISTENER_ADDRESS_KEY: &str = "LISTENER_ADDRESS";
 
 /// Metadata key Istio's agent sets to `"grpc"` in the bootstrap of proxyless gRPC clients.
-pub const GENERATOR_KEY: &str = "GENERATOR";
+pub(super) const GENERATOR_KEY: &str = "GENERATOR";
 
 /// How every gRPC implementation's xDS client starts its `user_agent_name` ("gRPC C-core",
 /// "gRPC Go", "gRPC Java", "gRPC Node Pure JS", ...), compared without case.
@@ -24,15 +24,15 @@ const GRPC_USER_AGENT_PREFIX: &str = "grpc";
 
 /// Largest encoded node metadata accepted. Istio sidecars send a few KB; 64 KiB leaves room for
 /// generous labels and annotations while keeping per-stream memory small (SEC-12).
-pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+pub(super) const MAX_METADATA_BYTES: usize = 64 * 1024;
 
 /// Deepest nesting of metadata values accepted. Real metadata is 2–4 levels; anything deeper is
 /// garbage or an attempt to make debug rendering recurse (SEC-12).
-pub const MAX_METADATA_DEPTH: usize = 16;
+pub(super) const MAX_METADATA_DEPTH: usize = 16;
 
 /// Longest node id / cluster accepted. Istio ids are `sidecar~ip~pod.ns~ns.svc.cluster.local`,
 /// well under this.
-pub const MAX_NODE_ID_BYTES: usize = 1024;
+pub(super) const MAX_NODE_ID_BYTES: usize = 1024;
 
 /// Why a node was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -4,6 +4,9 @@
 //! with the command that installs it. `cargo test --test e2e envoy_delta::` runs one file.
 
 #![allow(clippy::unwrap_used)]
+// A test binary is its own edge: it reads where its tools are from the environment and waits on
+// child processes from plain threads; its support items are `pub` for every tier, not an API.
+#![allow(unreachable_pub, clippy::disallowed_methods)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -8,18 +8,15 @@
 use std::process::Command;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tributary_registries::consul::fake::{FakeConsul, Instance};
 
 use crate::support::harness::{Tributary, eventually, free_port, http_get, loopback, replace_file};
 use crate::support::pki;
 use crate::support::pki::Ca;
-use crate::support::type_url::CDS;
+use crate::support::raw_ads;
 
 const FILE_TOKEN: &str = "file-token-5d1c0b7e-0f4e-4c1a-9a57-2f3c8e1d6b90";
 const ENV_TOKEN: &str = "env-token-8a2e4f61-77c3-4b0d-b1e9-6c5d3a2f1e08";
@@ -172,26 +169,6 @@ async fn secrets_never_reach_debug_views_metrics_or_logs() {
 async fn ads(
     ch: tonic::transport::Channel,
 ) -> Option<(mpsc::Sender<DiscoveryRequest>, Streaming<DiscoveryResponse>)> {
-    let (tx, rx) = mpsc::channel(1);
-    tx.send(DiscoveryRequest {
-        node: Some(Node {
-            id: SHOP_NODE.into(),
-            ..Default::default()
-        }),
-        type_url: CDS.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let call = async {
-        let mut s = AggregatedDiscoveryServiceClient::new(ch)
-            .stream_aggregated_resources(ReceiverStream::new(rx))
-            .await?
-            .into_inner();
-        s.message().await.map(|first| first.map(|_| s))
-    };
-    match tokio::time::timeout(Duration::from_secs(10), call).await {
-        Ok(Ok(Some(s))) => Some((tx, s)),
-        _ => None,
-    }
+    let opened = raw_ads::open_first(ch, raw_ads::node(SHOP_NODE), Duration::from_secs(10)).await;
+    opened.ok().map(|(tx, s, _)| (tx, s))
 }

@@ -4,6 +4,9 @@
 //! tier. `cargo test --test registries consul_e2e::` runs one file.
 
 #![allow(clippy::unwrap_used)]
+// A test binary is its own edge: it reads where its tools are from the environment and waits on
+// child processes from plain threads; its support items are `pub` for every tier, not an API.
+#![allow(unreachable_pub, clippy::disallowed_methods)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -10,6 +10,7 @@
 //! - [`harness`]: real processes (the tributary binary, Envoy, HTTP backends) and waits;
 //! - [`pki`]: test CAs, certificates and TLS clients;
 //! - [`proxyless`]: proxyless gRPC clients and servers (the scripts in `tests/proxyless/`);
+//! - [`raw_ads`]: plain ADS streams for tests of the whole pipeline or the real binary;
 //! - [`type_url`]: the wire type URLs, spelled out independently of the crate's own constants.
 
 #![allow(dead_code)]
@@ -18,6 +19,7 @@ pub mod delta;
 pub mod harness;
 pub mod pki;
 pub mod proxyless;
+pub mod raw_ads;
 pub mod recorder;
 pub mod resources;
 pub mod type_url;
@@ -61,6 +63,23 @@ pub const QUIET: Duration = Duration::from_millis(300);
 pub async fn start_runtime(config: Config) -> Running {
     recorder::install();
     runtime::start(config).await.expect("tributary starts")
+}
+
+/// [`start_runtime`] with the xDS and admin ports on `127.0.0.1:0`, once its first snapshot is
+/// published (within `limit`).
+pub async fn start_ready(config: Config, limit: Duration) -> Running {
+    let config = Config {
+        xds_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        admin_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..config
+    };
+    let running = start_runtime(config).await;
+    let deadline = std::time::Instant::now() + limit;
+    while !running.store.is_ready() {
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    running
 }
 
 /// The server under test and the snapshot builder feeding it.

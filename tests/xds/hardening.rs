@@ -8,14 +8,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use prost::Message;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 use tributary::config::{Config, ConnectionSettings, RegistryConfig};
@@ -27,7 +24,7 @@ use tributary_registries::mock::proto::ListServicesRequest;
 use tributary_registries::mock::proto::mock_registry_client::MockRegistryClient;
 
 use crate::support;
-use crate::support::type_url::CDS;
+use crate::support::raw_ads;
 
 /// Upper bound on anything expected to happen; only paid when a test is about to fail.
 const WAIT: Duration = Duration::from_secs(20);
@@ -52,18 +49,7 @@ fn mock(file: Option<std::path::PathBuf>) -> RegistryConfig {
 }
 
 async fn start(config: Config) -> Running {
-    let config = Config {
-        xds_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        ..config
-    };
-    let running = support::start_runtime(config).await;
-    let deadline = Instant::now() + WAIT;
-    while !running.store.is_ready() {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    running
+    support::start_ready(config, WAIT).await
 }
 
 async fn list(addr: SocketAddr, token: Option<&str>) -> Result<usize, tonic::Status> {
@@ -148,28 +134,8 @@ async fn closed_within(conn: &mut TcpStream, within: Duration) -> bool {
 
 /// An ADS stream asking for every cluster.
 async fn ads(addr: SocketAddr) -> (mpsc::Sender<DiscoveryRequest>, Streaming<DiscoveryResponse>) {
-    let ch = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(DiscoveryRequest {
-        node: Some(Node {
-            id: "n1".into(),
-            ..Default::default()
-        }),
-        type_url: CDS.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let stream = AggregatedDiscoveryServiceClient::new(ch)
-        .stream_aggregated_resources(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    (tx, stream)
+    let ch = raw_ads::connect(addr).await.unwrap();
+    raw_ads::open(ch, raw_ads::node("n1")).await.unwrap()
 }
 
 async fn cluster_names(stream: &mut Streaming<DiscoveryResponse>) -> Vec<String> {

@@ -6,35 +6,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 use tributary::config::{Config, ConnectionSettings, ShutdownSettings};
 use tributary::runtime::Running;
 
 use crate::support;
 use crate::support::harness::http_get;
-use crate::support::type_url::CDS;
+use crate::support::raw_ads;
 
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn start(config: Config) -> Running {
-    let config = Config {
-        xds_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        ..config
-    };
-    let running = support::start_runtime(config).await;
-    let deadline = Instant::now() + WAIT;
-    while !running.store.is_ready() {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    running
+    support::start_ready(config, WAIT).await
 }
 
 /// An ADS stream asking for every cluster, with its first response.
@@ -48,31 +33,7 @@ async fn ads(
     ),
     Status,
 > {
-    let ch = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .map_err(|e| Status::unavailable(e.to_string()))?;
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(DiscoveryRequest {
-        node: Some(Node {
-            id: "n1".into(),
-            ..Default::default()
-        }),
-        type_url: CDS.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut stream = AggregatedDiscoveryServiceClient::new(ch)
-        .stream_aggregated_resources(ReceiverStream::new(rx))
-        .await?
-        .into_inner();
-    let first = tokio::time::timeout(WAIT, stream.message())
-        .await
-        .map_err(|_| Status::deadline_exceeded("first response"))??
-        .ok_or_else(|| Status::ok("ended"))?;
-    Ok((tx, stream, first))
+    raw_ads::open_first(raw_ads::connect(addr).await?, raw_ads::node("n1"), WAIT).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

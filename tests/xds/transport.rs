@@ -10,44 +10,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tonic::transport::{Channel, Endpoint};
 use tributary::config::{Config, ConnectionSettings};
 use tributary::runtime::Running;
 
 use crate::support;
-use crate::support::type_url::{CDS, LDS};
+use crate::support::raw_ads;
+use crate::support::type_url::LDS;
 
 const ADS_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
 const WAIT: Duration = Duration::from_secs(10);
+/// The node id every stream of these tests uses.
+const NODE: &str = "transport-test";
 
 async fn start(connections: ConnectionSettings) -> Running {
     let config = Config {
-        xds_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
         connections,
         ..Config::default()
     };
-    let running = support::start_runtime(config).await;
-    let deadline = Instant::now() + WAIT;
-    while !running.store.is_ready() {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    running
+    support::start_ready(config, WAIT).await
 }
 
 fn request(type_url: &str) -> DiscoveryRequest {
     DiscoveryRequest {
         node: Some(Node {
-            id: "transport-test".into(),
+            id: NODE.into(),
             ..Default::default()
         }),
         type_url: type_url.into(),
@@ -63,19 +56,9 @@ async fn ads(
     Streaming<DiscoveryResponse>,
     DiscoveryResponse,
 ) {
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(request(CDS)).await.unwrap();
-    let mut stream = AggregatedDiscoveryServiceClient::new(ch)
-        .stream_aggregated_resources(ReceiverStream::new(rx))
+    raw_ads::open_first(ch, raw_ads::node(NODE), WAIT)
         .await
-        .unwrap()
-        .into_inner();
-    let first = tokio::time::timeout(WAIT, stream.message())
-        .await
-        .expect("first response in time")
-        .unwrap()
-        .expect("a response");
-    (tx, stream, first)
+        .expect("an ADS stream and its first response in time")
 }
 
 /// Asks for listeners on an open stream and waits for the answer.

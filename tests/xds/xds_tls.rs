@@ -9,10 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 use tributary::config::Config;
@@ -22,6 +20,7 @@ use tributary::tls::{IdentityMapping, TlsConfig};
 use crate::support;
 use crate::support::pki;
 use crate::support::pki::{Ca, Leaf};
+use crate::support::raw_ads;
 use crate::support::type_url::{CDS, LDS};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -90,24 +89,7 @@ struct Ads {
 
 /// Opens ADS, asks for all clusters as `node_id`, and returns the stream with its first response.
 async fn ads(ch: Channel, node_id: &str) -> Result<(Ads, DiscoveryResponse), Status> {
-    let (tx, rx) = mpsc::channel(8);
-    tx.send(DiscoveryRequest {
-        node: Some(node(node_id)),
-        type_url: CDS.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mut client = AggregatedDiscoveryServiceClient::new(ch);
-    let call = client.stream_aggregated_resources(ReceiverStream::new(rx));
-    let mut rx = tokio::time::timeout(WAIT, call)
-        .await
-        .map_err(|_| Status::deadline_exceeded("open"))??
-        .into_inner();
-    let first = tokio::time::timeout(WAIT, rx.message())
-        .await
-        .map_err(|_| Status::deadline_exceeded("first response"))??
-        .ok_or_else(|| Status::ok("ended"))?;
+    let (tx, rx, first) = raw_ads::open_first(ch, node(node_id), WAIT).await?;
     Ok((Ads { tx, rx }, first))
 }
 

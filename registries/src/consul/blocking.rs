@@ -8,7 +8,7 @@
 
 /// What an answer's index says about its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Observed {
+pub(super) enum Observed {
     /// The index did not move: the body is what we already have (a wait timeout).
     Unchanged,
     /// The body may differ from what we have; apply it (the registry still drops no-op results).
@@ -17,19 +17,19 @@ pub enum Observed {
 
 /// The index state of one watch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BlockingIndex {
+pub(super) struct BlockingIndex {
     index: u64,
     answered: bool,
 }
 
 impl BlockingIndex {
     /// The `?index=` of the next request; 0 means "read now, do not block".
-    pub fn next(&self) -> u64 {
+    pub(super) fn next(&self) -> u64 {
         self.index
     }
 
     /// Takes the `X-Consul-Index` of a successful answer.
-    pub fn observe(&mut self, returned: u64) -> Observed {
+    pub(super) fn observe(&mut self, returned: u64) -> Observed {
         // An index of 0 after a response would make the next request non-blocking and the loop
         // spin: treat it as 1.
         let returned = returned.max(1);

@@ -28,7 +28,7 @@ const ERROR_BODY_CHARS: usize = 200;
 
 /// One blocking read: `index` 0 reads at once; any other index blocks up to `wait` for a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Query {
+pub(super) struct Query {
     /// The last `X-Consul-Index` seen (0: none, read at once).
     pub index: u64,
     /// How long Consul may hold the request waiting for a change.
@@ -37,7 +37,7 @@ pub struct Query {
 
 impl Query {
     /// The request timeout: the blocking wait plus Consul's jitter plus [`TIMEOUT_GRACE`].
-    pub fn timeout(&self) -> Duration {
+    pub(super) fn timeout(&self) -> Duration {
         match self.index {
             0 => TIMEOUT_GRACE,
             _ => self.wait + self.wait / 16 + TIMEOUT_GRACE,
@@ -47,7 +47,7 @@ impl Query {
 
 /// The consistency headers of an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueryMeta {
+pub(super) struct QueryMeta {
     /// `X-Consul-Index` (an answer without it is refused as not Consul's).
     pub index: u64,
     /// `X-Consul-KnownLeader` (true when absent).
@@ -58,7 +58,7 @@ pub struct QueryMeta {
 
 /// A parsed answer with its headers.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Answer<T> {
+pub(super) struct Answer<T> {
     /// The body.
     pub body: T,
     /// The headers.
@@ -139,7 +139,7 @@ pub enum ClientError {
 
 /// The Consul HTTP client of one registry.
 #[derive(Debug, Clone)]
-pub struct Client {
+pub(super) struct Client {
     http: reqwest::Client,
     /// `<address>/v1/`.
     base: Url,
@@ -152,7 +152,7 @@ pub struct Client {
 
 impl Client {
     /// A client for `config` (validated). Reads the TLS and token files.
-    pub fn new(config: &ConsulConfig) -> Result<Self, ClientError> {
+    pub(super) fn new(config: &ConsulConfig) -> Result<Self, ClientError> {
         let address = config.effective_address();
         let mut base = Url::parse(&address)
             .map_err(|e| ClientError::Setup(format!("address {address:?}: {e}")))?;
@@ -204,12 +204,12 @@ impl Client {
     }
 
     /// Consul's address, for messages.
-    pub fn address(&self) -> &str {
+    pub(super) fn address(&self) -> &str {
         &self.address
     }
 
     /// `GET /v1/catalog/services`.
-    pub async fn services(&self, q: Query) -> Result<Answer<ServiceList>, ClientError> {
+    pub(super) async fn services(&self, q: Query) -> Result<Answer<ServiceList>, ClientError> {
         let url = self.url(&["catalog", "services"]);
         let (bytes, meta, path) = self.get(url, q, None).await?;
         let body = wire::parse_service_list(&bytes).map_err(|source| ClientError::Body {
@@ -220,7 +220,7 @@ impl Client {
     }
 
     /// `GET /v1/health/service/<name>`: every instance with its node and checks.
-    pub async fn health(
+    pub(super) async fn health(
         &self,
         name: &str,
         q: Query,
@@ -328,7 +328,7 @@ fn hint(status: StatusCode) -> &'static str {
 }
 
 /// The consistency headers of an answer.
-pub fn query_meta(headers: &HeaderMap) -> QueryMeta {
+pub(super) fn query_meta(headers: &HeaderMap) -> QueryMeta {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     QueryMeta {
         index: text("X-Consul-Index")

@@ -47,7 +47,7 @@ const MIN_SHARED_WAIT: Duration = Duration::from_secs(1);
 
 /// What one watch reports.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome<T> {
+pub(super) enum Outcome<T> {
     /// A body whose index moved: apply it (the registry drops results that change nothing).
     Data(T),
     /// Answering again after failures, with nothing new.
@@ -58,7 +58,7 @@ pub enum Outcome<T> {
 
 /// What the registry task receives from its watches.
 #[derive(Debug)]
-pub enum Event {
+pub(super) enum Event {
     /// From the services-list watch.
     List(Outcome<ServiceList>),
     /// From the watch of one service.
@@ -74,7 +74,7 @@ pub enum Event {
 
 /// What every watch of one registry shares: timing, limits and the request budget.
 #[derive(Debug)]
-pub struct Shared {
+pub(super) struct Shared {
     /// The registry name (a metric label).
     pub registry: String,
     wait: Duration,
@@ -92,7 +92,7 @@ pub struct Shared {
 
 impl Shared {
     /// The limits `config` sets.
-    pub fn new(config: &ConsulConfig) -> Self {
+    pub(super) fn new(config: &ConsulConfig) -> Self {
         let rate = config.max_requests_per_second;
         Self {
             registry: config.name.clone(),
@@ -112,16 +112,15 @@ impl Shared {
     }
 
     /// Records how many per-service watches run now.
-    pub fn set_service_watches(&self, n: usize) {
+    pub(super) fn set_service_watches(&self, n: usize) {
         self.service_watches.store(n, Ordering::Relaxed);
-        metrics::gauge!("tributary_consul_watches", "registry" => self.registry.clone())
-            .set(n as f64);
+        crate::metrics::consul_watches(&self.registry, n);
     }
 
     /// The wait of a per-service blocking query. With more services than blocking slots, waits
     /// shrink in proportion, so every service gets a turn about once per `wait` and the request
     /// rate stays about `services / wait`.
-    pub fn service_wait(&self) -> Duration {
+    pub(super) fn service_wait(&self) -> Duration {
         let n = self.service_watches.load(Ordering::Relaxed);
         if n <= self.max_watches {
             return self.wait;
@@ -153,7 +152,7 @@ impl Shared {
 }
 
 /// Something a watch reads: one Consul endpoint.
-pub trait Source: Send + Sync + 'static {
+pub(super) trait Source: Send + Sync + 'static {
     /// The parsed body.
     type Body: Send + 'static;
     /// The endpoint, as a metric label (`services` or `health`).
@@ -168,7 +167,7 @@ pub trait Source: Send + Sync + 'static {
 }
 
 /// The services list.
-pub struct ListSource(pub Client);
+pub(super) struct ListSource(pub Client);
 
 impl Source for ListSource {
     type Body = ServiceList;
@@ -183,7 +182,7 @@ impl Source for ListSource {
 }
 
 /// The instances of one service.
-pub struct HealthSource {
+pub(super) struct HealthSource {
     /// The client.
     pub client: Client,
     /// The Consul service name.
@@ -203,7 +202,7 @@ impl Source for HealthSource {
 }
 
 /// Runs one watch until the registry task is gone.
-pub async fn run<S, F>(source: S, shared: Arc<Shared>, events: mpsc::Sender<Event>, wrap: F)
+pub(super) async fn run<S, F>(source: S, shared: Arc<Shared>, events: mpsc::Sender<Event>, wrap: F)
 where
     S: Source,
     F: Fn(Outcome<S::Body>) -> Event + Send,
@@ -234,9 +233,7 @@ where
             source.fetch(q).await
         };
         let counted = |outcome: &'static str| {
-            metrics::counter!("tributary_consul_requests", "registry" => shared.registry.clone(),
-                "endpoint" => S::ENDPOINT, "outcome" => outcome)
-            .increment(1);
+            crate::metrics::consul_request(&shared.registry, S::ENDPOINT, outcome);
         };
         let outcome = match result
             .map_err(|e| e.to_string())

@@ -57,7 +57,7 @@ struct Watched {
 }
 
 /// The state-owning task of one Consul registry.
-pub struct Worker {
+pub(super) struct Worker {
     client: Client,
     mapping: Mapping,
     config: Arc<ConsulConfig>,
@@ -84,7 +84,7 @@ pub struct Worker {
 
 impl Worker {
     /// A worker for `config` (validated), talking through `client`.
-    pub fn new(config: ConsulConfig, client: Client, sink: RegistrySink) -> Self {
+    pub(super) fn new(config: ConsulConfig, client: Client, sink: RegistrySink) -> Self {
         let (tx, rx) = mpsc::channel(EVENTS_CAPACITY);
         Self {
             mapping: Mapping::new(&config),
@@ -109,7 +109,7 @@ impl Worker {
     }
 
     /// Runs until the sink closes.
-    pub async fn run(mut self) -> Result<(), RegistryError> {
+    pub(super) async fn run(mut self) -> Result<(), RegistryError> {
         let source = ListSource(self.client.clone());
         let span = tracing::info_span!("consul_watch", watch = "services");
         self.tasks.spawn(

@@ -117,7 +117,7 @@ pub(crate) async fn run(
     let mut synced = false;
     // Failing kinds: the error and the success count of that kind when it failed.
     let mut failing: BTreeMap<Kind, (String, u64)> = BTreeMap::new();
-    let pending = metrics::gauge!("pilot_k8s_endpoints_pending_pod", "cluster" => cluster.as_str().to_string());
+    let pending = crate::metrics::k8s_pending_pods(cluster.as_str());
     loop {
         tokio::select! {
             item = items.next() => {

@@ -76,9 +76,13 @@ impl Default for TrafficOptions {
 /// What routes are generated in the context of: the port of the route configuration, every
 /// service (for destination ports) and every rule (for hash policies).
 pub struct RouteContext<'a> {
+    /// The port of the route configuration being generated.
     pub port: u16,
+    /// Every merged service, by hostname (for destination ports).
     pub services: &'a HashMap<Hostname, Arc<MergedService>>,
+    /// Every traffic rule (for hash policies).
     pub rules: &'a RuleIndex,
+    /// Generation settings for traffic rules.
     pub options: &'a TrafficOptions,
 }
 

@@ -68,7 +68,7 @@ pub(super) struct Checkers {
 
 impl Checkers {
     /// Replaces instance `service_id`'s checks with `checks`, started now.
-    pub fn replace(&mut self, inner: &Arc<Inner>, service_id: &str, checks: Vec<HttpCheck>) {
+    pub(super) fn replace(&mut self, inner: &Arc<Inner>, service_id: &str, checks: Vec<HttpCheck>) {
         self.stop(service_id);
         let started = checks
             .into_iter()
@@ -81,14 +81,14 @@ impl Checkers {
     }
 
     /// Stops instance `service_id`'s checks.
-    pub fn stop(&mut self, service_id: &str) {
+    pub(super) fn stop(&mut self, service_id: &str) {
         for (_, task) in self.running.remove(service_id).unwrap_or_default() {
             task.abort();
         }
     }
 
     /// Stops every check.
-    pub fn stop_all(&mut self) {
+    pub(super) fn stop_all(&mut self) {
         let ids: Vec<String> = self.running.keys().cloned().collect();
         for id in ids {
             self.stop(&id);
@@ -96,7 +96,7 @@ impl Checkers {
     }
 
     /// The checks that run.
-    pub fn list(&self) -> Vec<HttpCheck> {
+    pub(super) fn list(&self) -> Vec<HttpCheck> {
         self.running
             .values()
             .flatten()

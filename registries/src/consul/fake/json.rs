@@ -10,7 +10,7 @@ use super::state::{Catalog, InstanceRecord, NodeRecord};
 
 impl Catalog {
     /// `/v1/catalog/services`.
-    pub fn services_json(&self) -> Value {
+    pub(super) fn services_json(&self) -> Value {
         let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for inst in self.instances.values() {
             out.entry(&inst.service)
@@ -21,7 +21,7 @@ impl Catalog {
     }
 
     /// `/v1/health/service/<name>`.
-    pub fn health_json(&self, service: &str) -> Value {
+    pub(super) fn health_json(&self, service: &str) -> Value {
         let entries: Vec<Value> = self
             .instances
             .values()

@@ -9,14 +9,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The node the agent API registers on (the fake's "local agent").
-pub const AGENT_NODE: &str = "fake-agent";
+pub(super) const AGENT_NODE: &str = "fake-agent";
 
 /// The first index handed out; Consul's indexes are never 0 once it has any data.
 const FIRST_INDEX: u64 = 10;
 
 /// A catalog node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeRecord {
+pub(super) struct NodeRecord {
     pub address: String,
     pub datacenter: String,
     pub meta: BTreeMap<String, String>,
@@ -26,7 +26,7 @@ pub struct NodeRecord {
 
 /// A registered service instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceRecord {
+pub(super) struct InstanceRecord {
     pub id: String,
     pub service: String,
     pub node: String,
@@ -42,7 +42,7 @@ pub struct InstanceRecord {
 
 /// The whole catalog.
 #[derive(Debug, Clone)]
-pub struct Catalog {
+pub(super) struct Catalog {
     pub datacenter: String,
     pub index: u64,
     pub list_index: u64,
@@ -54,7 +54,7 @@ pub struct Catalog {
 
 impl Catalog {
     /// A catalog with the agent node and Consul's own `consul` service on it.
-    pub fn new(datacenter: &str) -> Self {
+    pub(super) fn new(datacenter: &str) -> Self {
         let mut c = Self {
             datacenter: datacenter.to_string(),
             index: FIRST_INDEX,
@@ -85,7 +85,7 @@ impl Catalog {
     }
 
     /// Adds the node if missing, with a passing `serfHealth`.
-    pub fn ensure_node(&mut self, name: &str, address: &str) {
+    pub(super) fn ensure_node(&mut self, name: &str, address: &str) {
         if !self.nodes.contains_key(name) {
             let dc = self.datacenter.clone();
             self.nodes.insert(
@@ -101,7 +101,7 @@ impl Catalog {
     }
 
     /// Adds or changes a node (its checks are kept); the services on it change.
-    pub fn set_node(&mut self, name: &str, address: &str, meta: BTreeMap<String, String>) {
+    pub(super) fn set_node(&mut self, name: &str, address: &str, meta: BTreeMap<String, String>) {
         self.ensure_node(name, address);
         if let Some(rec) = self.nodes.get_mut(name) {
             rec.address = address.to_string();
@@ -119,7 +119,7 @@ impl Catalog {
     }
 
     /// Registers or replaces an instance.
-    pub fn upsert(&mut self, instance: InstanceRecord) {
+    pub(super) fn upsert(&mut self, instance: InstanceRecord) {
         self.ensure_node(&instance.node, "127.0.0.1");
         let i = self.bump();
         self.list_index = i;
@@ -129,7 +129,7 @@ impl Catalog {
     }
 
     /// Removes the instance `id` (on any node); whether it existed.
-    pub fn remove(&mut self, id: &str) -> bool {
+    pub(super) fn remove(&mut self, id: &str) -> bool {
         let keys: Vec<(String, String)> = self
             .instances
             .keys()
@@ -150,7 +150,7 @@ impl Catalog {
     }
 
     /// Sets a check's status, wherever it is (a service check or a node check); whether found.
-    pub fn set_check(&mut self, check_id: &str, status: &str) -> bool {
+    pub(super) fn set_check(&mut self, check_id: &str, status: &str) -> bool {
         let mut found = false;
         let mut touched = BTreeSet::new();
         for inst in self.instances.values_mut() {
@@ -178,7 +178,12 @@ impl Catalog {
 
     /// Sets the status of node `node`'s `check_id` check, adding or (with `None`) removing it;
     /// whether the node exists.
-    pub fn set_node_check(&mut self, node: &str, check_id: &str, status: Option<&str>) -> bool {
+    pub(super) fn set_node_check(
+        &mut self,
+        node: &str,
+        check_id: &str,
+        status: Option<&str>,
+    ) -> bool {
         let Some(rec) = self.nodes.get_mut(node) else {
             return false;
         };
@@ -197,7 +202,12 @@ impl Catalog {
     }
 
     /// Adds or removes a check on instance `id`; whether the instance exists.
-    pub fn set_instance_check(&mut self, id: &str, check_id: &str, status: Option<&str>) -> bool {
+    pub(super) fn set_instance_check(
+        &mut self,
+        id: &str,
+        check_id: &str,
+        status: Option<&str>,
+    ) -> bool {
         let mut touched = BTreeSet::new();
         for inst in self.instances.values_mut().filter(|i| i.id == id) {
             match status {
@@ -210,7 +220,7 @@ impl Catalog {
     }
 
     /// An idempotent write: the service's index moves, nothing else changes.
-    pub fn touch(&mut self, service: &str) {
+    pub(super) fn touch(&mut self, service: &str) {
         self.touch_services(BTreeSet::from([service.to_string()]));
     }
 
@@ -226,7 +236,7 @@ impl Catalog {
     }
 
     /// A snapshot restore: every index goes back to at most `to`.
-    pub fn rewind(&mut self, to: u64) {
+    pub(super) fn rewind(&mut self, to: u64) {
         self.index = to;
         self.list_index = self.list_index.min(to);
         for i in self.service_index.values_mut() {
@@ -235,7 +245,7 @@ impl Catalog {
     }
 
     /// The index of `/v1/health/service/<name>`.
-    pub fn health_index(&self, service: &str) -> u64 {
+    pub(super) fn health_index(&self, service: &str) -> u64 {
         self.service_index
             .get(service)
             .copied()

@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a manual measurement's knobs, read by the test itself"
+)]
 fn env<T: std::str::FromStr>(key: &str, default: T) -> T {
     std::env::var(key)
         .ok()

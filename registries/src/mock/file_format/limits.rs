@@ -25,23 +25,23 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// Largest mock file read: 16 MiB. A 6 MB mesh (tens of thousands of endpoints) fits with room;
 /// a bigger mesh belongs in a real registry.
-pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Deepest flow nesting (`[`, `{`) accepted. A mock file needs 2 or 3 (`ports: [{...}]`).
-pub const MAX_FLOW_DEPTH: usize = 32;
+pub(crate) const MAX_FLOW_DEPTH: usize = 32;
 
 /// Estimated memory a parsed file may take, aliases counted at every use: 256 MiB. A 16 MiB file
 /// without aliases stays well under it (about 4 bytes of memory per byte of text).
-pub const MAX_EXPANDED_BYTES: usize = 256 * 1024 * 1024;
+pub(crate) const MAX_EXPANDED_BYTES: usize = 256 * 1024 * 1024;
 
 /// Longest label key: a DNS-subdomain prefix (253), `/`, and a 63-byte name, as Kubernetes allows.
-pub const MAX_LABEL_KEY_BYTES: usize = 317;
+pub(crate) const MAX_LABEL_KEY_BYTES: usize = 317;
 /// Longest label value. Kubernetes allows 63; other registries (Consul meta) allow more.
-pub const MAX_LABEL_VALUE_BYTES: usize = 512;
+pub(crate) const MAX_LABEL_VALUE_BYTES: usize = 512;
 /// Most labels on one service or endpoint.
-pub const MAX_LABELS: usize = 64;
+pub(crate) const MAX_LABELS: usize = 64;
 /// Longest name that is not a hostname: port names, service accounts, network, locality, address.
-pub const MAX_NAME_BYTES: usize = 253;
+pub(crate) const MAX_NAME_BYTES: usize = 253;
 
 /// What [`prescan`] learned about the text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
