@@ -40,7 +40,9 @@ pub use destination_rule::{
     MaglevSettings, OutlierDetection, PortTrafficPolicy, RingHashSettings, SimpleLb, Subset,
     TcpKeepalive, TcpSettings, TlsMode, TrafficPolicy, WorkloadSelector,
 };
-pub use validate::{Problem, Severity, validate_destination_rule, validate_virtual_service};
+pub use validate::{
+    Problem, Severity, grpc_status_code, validate_destination_rule, validate_virtual_service,
+};
 pub use virtual_service::{
     Abort, CorsPolicy, Delay, Destination, DirectResponse, DirectResponseBody, HeaderOperations,
     Headers, HttpFaultInjection, HttpMatchRequest, HttpMirrorPolicy, HttpRedirect, HttpRetry,

@@ -12,6 +12,7 @@
 
 mod destination_rule;
 mod virtual_service;
+pub use virtual_service::grpc_status_code;
 
 #[cfg(test)]
 mod tests;

@@ -516,8 +516,9 @@ fn fault_injection(fault: &HttpFaultInjection, at: &FieldPath, out: &mut Problem
     }
 }
 
-/// The numeric gRPC status a name or number stands for.
-pub(crate) fn grpc_status_code(status: &str) -> Option<u32> {
+/// The numeric gRPC status a name (`UNAVAILABLE`) or number (`14`) stands for; `None` for
+/// anything else. Validation and the fault filter's translation both read it.
+pub fn grpc_status_code(status: &str) -> Option<u32> {
     const NAMES: [&str; 17] = [
         "OK",
         "CANCELLED",

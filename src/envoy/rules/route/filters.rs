@@ -48,7 +48,9 @@ pub(super) fn http_fault(f: &tributary_registries::rules::HttpFaultInjection) ->
     if let Some(a) = &f.abort {
         let error = match (a.http_status, &a.grpc_status) {
             (Some(s), _) => Some(ErrorType::HttpStatus(u32::try_from(s).unwrap_or(503))),
-            (None, Some(g)) => grpc_code(g).map(ErrorType::GrpcStatus),
+            (None, Some(g)) => {
+                tributary_registries::rules::grpc_status_code(g).map(ErrorType::GrpcStatus)
+            }
             (None, None) => None,
         };
         if let Some(error) = error {
@@ -60,35 +62,6 @@ pub(super) fn http_fault(f: &tributary_registries::rules::HttpFaultInjection) ->
         }
     }
     out
-}
-
-/// A gRPC status name or number → its number.
-pub(super) fn grpc_code(status: &str) -> Option<u32> {
-    const NAMES: [&str; 17] = [
-        "OK",
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    ];
-    status.parse::<u32>().ok().or_else(|| {
-        NAMES
-            .iter()
-            .position(|n| *n == status)
-            .and_then(|i| u32::try_from(i).ok())
-    })
 }
 
 pub(super) fn cors_policy(c: &tributary_registries::rules::CorsPolicy) -> PbCors {
