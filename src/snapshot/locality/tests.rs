@@ -1,0 +1,130 @@
+use std::collections::BTreeMap;
+
+use envoy_types::pb::envoy::config::core::v3::Locality as PbLocality;
+use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LocalityLbEndpoints};
+use tributary_registries::rules::LocalityLbSetting;
+
+use super::*;
+use crate::envoy::rules::LocalityInput;
+use crate::snapshot::{BuildInput, SnapshotBuilder, View};
+
+fn group(region: &str, zone: &str) -> LocalityLbEndpoints {
+    LocalityLbEndpoints {
+        locality: Some(PbLocality {
+            region: region.into(),
+            zone: zone.into(),
+            ..Default::default()
+        }),
+        lb_endpoints: vec![Default::default()],
+        ..Default::default()
+    }
+}
+
+/// `a` differs by proxy locality (failover by proximity), `b` does not.
+fn input() -> BuildInput {
+    let cla = ClusterLoadAssignment {
+        cluster_name: "a".into(),
+        endpoints: vec![group("east", "z1"), group("west", "z1")],
+        ..Default::default()
+    };
+    let setting = LocalityLbSetting::default();
+    let located = LocalityInput::new(&cla, &setting, true, |_| BTreeMap::new()).expect("applies");
+    let plain = ClusterLoadAssignment {
+        cluster_name: "b".into(),
+        ..Default::default()
+    };
+    BuildInput {
+        upserts: vec![
+            EncodedResource::encode_located("a", located),
+            EncodedResource::encode(ResourceType::Endpoint, "b", &plain),
+        ],
+        ..Default::default()
+    }
+}
+
+fn view(region: &str) -> View {
+    View::Located {
+        bind: None,
+        proxyless: false,
+        locality: LocalityId::intern(Locality::parse(&format!("{region}/z1"))).expect("room"),
+    }
+}
+
+fn priority_of_east(res: &TypeResources) -> u32 {
+    let cla: ClusterLoadAssignment =
+        crate::envoy::fixtures::decode(&res.get("a").unwrap().resource);
+    cla.endpoints[0].priority
+}
+
+#[test]
+fn localities_are_interned_and_empty_ones_are_not() {
+    let a = LocalityId::intern(Locality::parse("r1/z1")).unwrap();
+    assert_eq!(LocalityId::intern(Locality::parse("r1/z1")), Some(a));
+    assert_ne!(LocalityId::intern(Locality::parse("r1/z2")), Some(a));
+    assert_eq!(*a.locality(), Locality::parse("r1/z1"));
+    assert_eq!(LocalityId::intern(Locality::default()), None);
+}
+
+#[test]
+fn each_locality_builds_its_variant_once_and_shares_the_rest() {
+    let snap = SnapshotBuilder::new().build(input()).expect("a change");
+    let default = snap.resources_for(ResourceType::Endpoint, View::Envoy);
+    let east = snap.resources_for(ResourceType::Endpoint, view("east"));
+    let west = snap.resources_for(ResourceType::Endpoint, view("west"));
+    assert_eq!((priority_of_east(&east), priority_of_east(&west)), (0, 1));
+    assert_eq!(priority_of_east(&default), 0, "no locality: no priorities");
+    let east_again = snap.resources_for(ResourceType::Endpoint, view("east"));
+    assert!(Arc::ptr_eq(&east, &east_again), "one encoding per locality");
+    assert_eq!(snap.locality_variants_built(), 2);
+    // Assignments without a locality setting are the default's own entries.
+    assert!(Arc::ptr_eq(
+        &east.get("b").unwrap().resource,
+        &default.get("b").unwrap().resource
+    ));
+    assert_ne!(east.version, west.version);
+    assert_ne!(east.version, default.version);
+    // Other types do not differ by locality.
+    let clusters = snap.resources_for(ResourceType::Cluster, view("east"));
+    assert!(Arc::ptr_eq(
+        &clusters,
+        &snap.resources_for(ResourceType::Cluster, View::Envoy)
+    ));
+}
+
+#[test]
+fn a_setting_change_alone_is_a_change_and_removal_forgets_the_name() {
+    let mut b = SnapshotBuilder::new();
+    b.build(input()).expect("first");
+    let mut next = input();
+    let cla = ClusterLoadAssignment {
+        cluster_name: "a".into(),
+        endpoints: vec![group("east", "z1"), group("west", "z1")],
+        ..Default::default()
+    };
+    let setting = LocalityLbSetting {
+        failover_priority: vec!["topology.kubernetes.io/region".into()],
+        ..Default::default()
+    };
+    next.upserts[0] = EncodedResource::encode_located(
+        "a",
+        LocalityInput::new(&cla, &setting, true, |_| BTreeMap::new()).unwrap(),
+    );
+    let snap = b
+        .build(next)
+        .expect("the setting changed, the bytes did not");
+    let changes = snap.changes_since(ResourceType::Endpoint, 1).unwrap();
+    let changed: Vec<&str> = changes.changed.iter().map(|n| &**n).collect();
+    assert_eq!(changed, ["a"]);
+    let snap = b
+        .build(BuildInput {
+            removes: vec![(ResourceType::Endpoint, "a".into())],
+            ..Default::default()
+        })
+        .expect("removed");
+    assert!(snap.located.names().is_empty());
+    let east = snap.resources_for(ResourceType::Endpoint, view("east"));
+    assert!(Arc::ptr_eq(
+        &east,
+        &snap.resources_for(ResourceType::Endpoint, View::Envoy)
+    ));
+}
