@@ -288,6 +288,30 @@ mod tests {
     }
 
     #[test]
+    fn the_node_locality_selects_a_located_view() {
+        let mut n = node(None);
+        let located = |n: &Node| NodeInfo::from_first(Some(n)).unwrap().view();
+        n.locality = Some(envoy_types::pb::envoy::config::core::v3::Locality::default());
+        assert_eq!(located(&n), View::Envoy, "an empty locality is none");
+        n.locality = Some(envoy_types::pb::envoy::config::core::v3::Locality {
+            region: "us-east".into(),
+            zone: "zone-a".into(),
+            sub_zone: String::new(),
+        });
+        let View::Located {
+            bind: None,
+            proxyless: false,
+            locality,
+        } = located(&n)
+        else {
+            panic!("{:?}", located(&n));
+        };
+        assert_eq!(*locality.locality(), Locality::parse("us-east/zone-a"));
+        assert_eq!(located(&n), located(&n), "one id per locality");
+        assert_eq!(located(&n).without_locality(), View::Envoy);
+    }
+
+    #[test]
     fn deep_metadata_is_refused() {
         let mut v = string("x");
         for _ in 0..40 {

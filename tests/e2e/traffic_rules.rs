@@ -298,10 +298,9 @@ async fn delta_outlier_detection_ejects_a_failing_endpoint() {
     outlier_detection(&mesh).await;
 }
 
-/// The proof for `localityLbSetting`, which the translation validates but does not apply yet
-/// (EDS carries no priorities; see docs/traffic-rules.md): run with `--ignored` once it does.
+/// `localityLbSetting` failover: EDS priorities relative to the node's locality (the proxy's zone
+/// first), over SotW and delta.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "localityLbSetting is validated but not applied yet (docs/traffic-rules.md)"]
 async fn locality_failover_moves_traffic_to_the_other_zone() {
     for mode in [Mode::Sotw, Mode::Delta] {
         let mesh = Mesh::with_dir(mode, &initial()).await;
