@@ -255,13 +255,19 @@ fn priorities(any: &[u8]) -> BTreeMap<String, u32> {
     cla.endpoints
         .iter()
         .flat_map(|g| {
-            g.lb_endpoints.iter().filter_map(move |e| match &e.host_identifier {
-                Some(HostIdentifier::Endpoint(ep)) => match ep.address.as_ref()?.address.as_ref()? {
-                    address::Address::SocketAddress(s) => Some((s.address.clone(), g.priority)),
+            g.lb_endpoints
+                .iter()
+                .filter_map(move |e| match &e.host_identifier {
+                    Some(HostIdentifier::Endpoint(ep)) => {
+                        match ep.address.as_ref()?.address.as_ref()? {
+                            address::Address::SocketAddress(s) => {
+                                Some((s.address.clone(), g.priority))
+                            }
+                            _ => None,
+                        }
+                    }
                     _ => None,
-                },
-                _ => None,
-            })
+                })
         })
         .collect()
 }

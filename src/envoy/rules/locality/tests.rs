@@ -91,6 +91,11 @@ fn four_localities() -> MergedService {
     ])
 }
 
+/// The priorities of the four endpoints of [`four_localities`], in address order.
+fn four(p: [u32; 4]) -> BTreeMap<String, u32> {
+    (1..=4).map(|i| format!("10.0.0.{i}")).zip(p).collect()
+}
+
 fn prio(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
     pairs.iter().map(|(a, p)| (a.to_string(), *p)).collect()
 }
@@ -105,26 +110,10 @@ fn failover_orders_priorities_by_proximity_then_the_named_region() {
     );
     // Same zone 0, same region 2, the failover region 3, any other region 4: renumbered 0..3.
     let east = input.apply(&Locality::parse("us-east/zone-a"));
-    assert_eq!(
-        priorities(&east),
-        prio(&[
-            ("10.0.0.1", 0),
-            ("10.0.0.2", 1),
-            ("10.0.0.3", 2),
-            ("10.0.0.4", 3)
-        ])
-    );
+    assert_eq!(priorities(&east), four([0, 1, 2, 3]));
     // A region with no failover entry: every other region is one priority below its own.
     let eu = input.apply(&Locality::parse("eu/zone-a"));
-    assert_eq!(
-        priorities(&eu),
-        prio(&[
-            ("10.0.0.1", 1),
-            ("10.0.0.2", 1),
-            ("10.0.0.3", 1),
-            ("10.0.0.4", 0)
-        ])
-    );
+    assert_eq!(priorities(&eu), four([1, 1, 1, 0]));
     assert!(
         input.cla.endpoints.iter().all(|g| g.priority == 0),
         "default: no priorities"
@@ -147,46 +136,31 @@ fn failover_needs_outlier_detection_and_can_be_disabled() {
     // `enabled` with outlier detection: istiod's default failover by proximity.
     let default = format!("  loadBalancer:\n    localityLbSetting: {{enabled: true}}\n{OUTLIER}");
     let east = located(&s, &default).apply(&Locality::parse("us-east/zone-a"));
-    assert_eq!(
-        priorities(&east),
-        prio(&[
-            ("10.0.0.1", 0),
-            ("10.0.0.2", 1),
-            ("10.0.0.3", 2),
-            ("10.0.0.4", 2)
-        ])
-    );
+    assert_eq!(priorities(&east), four([0, 1, 2, 2]));
 }
 
 #[test]
 fn distribute_weighs_the_localities_of_the_matching_source() {
-    let s = svc(vec![
-        at("10.0.0.1", "us-east/zone-a", "v1"),
-        at("10.0.0.2", "us-east/zone-a", "v1"),
-        at("10.0.0.3", "us-west/zone-a", "v1"),
-        at("10.0.0.4", "eu/zone-a", "v1"),
-    ]);
+    let s = four_localities();
     let policy = "  loadBalancer:
     localityLbSetting:
       distribute:
       - from: us-east/zone-a/*
-        to: {\"us-east/zone-a/*\": 80, \"us-west/*\": 20}
+        to: {\"us-east/*\": 80, \"us-west/*\": 20}
 ";
     let input = located(&s, policy);
     let east = input.apply(&Locality::parse("us-east/zone-a/rack-1"));
     let want: BTreeMap<String, (u32, usize)> = [
         ("eu/zone-a/", (1, 0)),
-        ("us-east/zone-a/", (80, 2)),
+        ("us-east/zone-a/", (40, 1)),
+        ("us-east/zone-b/", (40, 1)),
         ("us-west/zone-a/", (20, 1)),
     ]
     .into_iter()
     .map(|(l, w)| (l.to_string(), w))
     .collect();
-    assert_eq!(
-        weights(&east),
-        want,
-        "unmatched localities lose their endpoints"
-    );
+    // A `to` matching several groups shares its weight by theirs; unmatched groups are emptied.
+    assert_eq!(weights(&east), want);
     // A proxy that no `from` matches gets the default.
     assert_eq!(input.apply(&Locality::parse("us-west/zone-a")), input.cla);
     // The cluster weighs localities (Envoy ignores locality weights otherwise).
