@@ -142,7 +142,12 @@ impl SnapshotBuilder {
             issues,
             listeners: BoundListeners::new(listener_inputs),
             api_listeners: Arc::new(api),
-            located: LocatedEndpoints::new(located),
+            located: LocatedEndpoints::next(
+                located,
+                self.prev
+                    .as_ref()
+                    .map(|p| (&p.located, &p.types[ResourceType::Endpoint.index()])),
+            ),
         });
         self.prev = Some(Arc::clone(&snapshot));
         Some(snapshot)

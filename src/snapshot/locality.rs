@@ -6,14 +6,16 @@
 //! [`LocalityId`], so that the [`super::View`] stays a plain copyable key. The first stream of a
 //! locality to ask a snapshot for EDS builds that locality's variant: every located assignment
 //! specialised and encoded, the others shared with the default map. Every later stream of that
-//! locality shares the result, and the next snapshot starts afresh (its inputs may differ).
-//! Work per snapshot is thus (distinct proxy localities) × (located assignments), never per proxy.
+//! locality shares the result. The next snapshot builds each locality's variant from the previous
+//! one and what changed in between, so the work per snapshot is (distinct proxy localities) ×
+//! (changed located assignments), never per proxy.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use imbl::OrdSet;
+use imbl::ordmap::DiffItem;
 use tributary_registries::Locality;
 
 use super::{Entry, TypeResources};
@@ -68,6 +70,9 @@ fn table() -> MutexGuard<'static, Interned> {
     LOCALITIES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A locality's variant in the previous snapshot, and the default map it was built from.
+type Prior = (Arc<TypeResources>, Arc<TypeResources>);
+
 /// The located load assignments of one snapshot and their variants, built lazily per locality.
 #[derive(Debug, Default)]
 pub(crate) struct LocatedEndpoints {
@@ -76,14 +81,30 @@ pub(crate) struct LocatedEndpoints {
     names: OrdSet<Arc<str>>,
     /// Locality → its EDS. Locked only to look up or insert; a variant is built outside the lock.
     cache: Mutex<HashMap<LocalityId, Arc<TypeResources>>>,
+    /// The variants the previous snapshot built, each taken (and so dropped) when this snapshot
+    /// builds the same locality from it by difference.
+    prior: Mutex<HashMap<LocalityId, Prior>>,
     /// How many variants this snapshot built (for tests and debug).
     built: AtomicU64,
 }
 
 impl LocatedEndpoints {
-    pub(crate) fn new(names: OrdSet<Arc<str>>) -> Self {
+    /// The located set of the next snapshot: `names`, building on what `prev` (with EDS
+    /// `prev_default`) built.
+    pub(crate) fn next(
+        names: OrdSet<Arc<str>>,
+        prev: Option<(&LocatedEndpoints, &Arc<TypeResources>)>,
+    ) -> Self {
+        let prior = match prev {
+            Some((p, default)) => lock(&p.cache)
+                .iter()
+                .map(|(id, v)| (*id, (Arc::clone(default), Arc::clone(v))))
+                .collect(),
+            None => HashMap::new(),
+        };
         Self {
             names,
+            prior: Mutex::new(prior),
             ..Default::default()
         }
     }
@@ -100,6 +121,10 @@ impl LocatedEndpoints {
     /// The EDS a proxy in `id` sees: `default` with every located assignment specialised. Entries
     /// keep the default's `changed_seq`: a variant changes only when its input does, and an input
     /// change is a change of the default entry (its version covers the input).
+    ///
+    /// Built from the previous snapshot's variant of the locality when there is one: only what
+    /// changed in the default map since is specialised again, so the cost follows the change and
+    /// the result shares structure with what the locality's streams hold.
     pub(crate) fn for_locality(
         &self,
         id: LocalityId,
@@ -108,36 +133,63 @@ impl LocatedEndpoints {
         if self.names.is_empty() {
             return Arc::clone(default);
         }
-        if let Some(found) = self.lock().get(&id) {
+        if let Some(found) = lock(&self.cache).get(&id) {
             return Arc::clone(found);
         }
         let locality = id.locality();
-        let mut out = TypeResources {
-            entries: default.entries.clone(),
-            version: default.version.salted(&locality.to_string()),
-        };
-        for name in &self.names {
-            let Some(entry) = default.get(name) else {
-                continue;
+        let specialise =
+            |entries: &mut imbl::OrdMap<Arc<str>, Entry>, name: &Arc<str>, e: &Entry| {
+                let entry = match &e.resource.located {
+                    Some(input) => {
+                        let cla = input.apply(&locality);
+                        if cla == input.cla {
+                            e.clone()
+                        } else {
+                            Entry {
+                                resource: Arc::new(EncodedResource::encode(
+                                    ResourceType::Endpoint,
+                                    name,
+                                    &cla,
+                                )),
+                                changed_seq: e.changed_seq,
+                            }
+                        }
+                    }
+                    None => e.clone(),
+                };
+                entries.insert(Arc::clone(name), entry);
             };
-            let Some(input) = &entry.resource.located else {
-                continue;
-            };
-            let cla = input.apply(&locality);
-            if cla == input.cla {
-                continue;
+        let prior = lock(&self.prior).remove(&id);
+        let entries = match prior {
+            Some((old_default, old_variant)) => {
+                let mut entries = old_variant.entries.clone();
+                for item in old_default.entries.diff(&default.entries) {
+                    match item {
+                        DiffItem::Add(name, e) | DiffItem::Update { new: (name, e), .. } => {
+                            specialise(&mut entries, name, e);
+                        }
+                        DiffItem::Remove(name, _) => {
+                            entries.remove(name);
+                        }
+                    }
+                }
+                entries
             }
-            let resource = EncodedResource::encode(ResourceType::Endpoint, name, &cla);
-            out.entries.insert(
-                Arc::clone(name),
-                Entry {
-                    resource: Arc::new(resource),
-                    changed_seq: entry.changed_seq,
-                },
-            );
-        }
-        let out = Arc::new(out);
-        let mut cache = self.lock();
+            None => {
+                let mut entries = default.entries.clone();
+                for name in &self.names {
+                    if let Some(e) = default.get(name) {
+                        specialise(&mut entries, name, e);
+                    }
+                }
+                entries
+            }
+        };
+        let out = Arc::new(TypeResources {
+            entries,
+            version: default.version.salted(&locality.to_string()),
+        });
+        let mut cache = lock(&self.cache);
         // Two streams of one locality may build at once; both results are equal and one is kept.
         let kept = cache.entry(id).or_insert_with(|| {
             self.built.fetch_add(1, Ordering::Relaxed);
@@ -145,10 +197,10 @@ impl LocatedEndpoints {
         });
         Arc::clone(kept)
     }
+}
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<LocalityId, Arc<TypeResources>>> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

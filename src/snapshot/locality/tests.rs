@@ -128,3 +128,53 @@ fn a_setting_change_alone_is_a_change_and_removal_forgets_the_name() {
         &snap.resources_for(ResourceType::Endpoint, View::Envoy)
     ));
 }
+
+#[test]
+fn the_next_snapshot_builds_a_variant_from_the_previous_one_and_the_change() {
+    let mut b = SnapshotBuilder::new();
+    let s1 = b.build(input()).expect("first");
+    let east1 = s1.resources_for(ResourceType::Endpoint, view("east"));
+    let plain = |name: &str| {
+        let cla = ClusterLoadAssignment {
+            cluster_name: name.into(),
+            ..Default::default()
+        };
+        EncodedResource::encode(ResourceType::Endpoint, name, &cla)
+    };
+    let s2 = b
+        .build(BuildInput {
+            upserts: vec![plain("c")],
+            ..Default::default()
+        })
+        .expect("c added");
+    let east2 = s2.resources_for(ResourceType::Endpoint, view("east"));
+    let a = |r: &TypeResources| Arc::clone(&r.get("a").unwrap().resource);
+    assert!(
+        Arc::ptr_eq(&a(&east1), &a(&east2)),
+        "unchanged: not re-encoded"
+    );
+    assert!(east2.get("c").is_some() && east2.get("b").is_some());
+    assert_ne!(east1.version, east2.version);
+    // `a` loses its east endpoints: re-specialised, west is now the first priority.
+    let cla = ClusterLoadAssignment {
+        cluster_name: "a".into(),
+        endpoints: vec![group("west", "z1")],
+        ..Default::default()
+    };
+    let input = LocalityInput::new(&cla, &LocalityLbSetting::default(), true, |_| {
+        BTreeMap::new()
+    });
+    let s3 = b
+        .build(BuildInput {
+            upserts: vec![EncodedResource::encode_located("a", input.unwrap())],
+            removes: vec![(ResourceType::Endpoint, "c".into())],
+            ..Default::default()
+        })
+        .expect("a changed");
+    let east3 = s3.resources_for(ResourceType::Endpoint, view("east"));
+    let got: ClusterLoadAssignment = crate::envoy::fixtures::decode(&a(&east3));
+    assert_eq!(got.endpoints.len(), 1);
+    assert_eq!(got.endpoints[0].priority, 0);
+    assert!(east3.get("c").is_none(), "removals follow");
+    assert_eq!(s3.locality_variants_built(), 1);
+}
