@@ -213,6 +213,9 @@ async fn locality_failover(mesh: &Mesh) {
         virtual_service(&to_any_version()),
     ]);
     mesh.settle(&[], "v1", 50).await;
+    // The other zone is there, one priority down (Envoy omits priority 0 from its dump).
+    let dump = mesh.envoy.config_dump().await.to_string();
+    assert!(dump.contains("\"priority\":1"), "EDS priority 1 in Envoy");
     mesh.set_v1_healthy(false);
     mesh.settle(&[], "v2", 50).await;
     mesh.set_v1_healthy(true);
