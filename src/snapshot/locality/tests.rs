@@ -20,13 +20,18 @@ fn group(region: &str, zone: &str) -> LocalityLbEndpoints {
     }
 }
 
-/// `a` differs by proxy locality (failover by proximity), `b` does not.
-fn input() -> BuildInput {
-    let cla = ClusterLoadAssignment {
+/// Assignment `a`: one endpoint in east/z1, one in west/z1.
+fn two_zones() -> ClusterLoadAssignment {
+    ClusterLoadAssignment {
         cluster_name: "a".into(),
         endpoints: vec![group("east", "z1"), group("west", "z1")],
         ..Default::default()
-    };
+    }
+}
+
+/// `a` differs by proxy locality (failover by proximity), `b` does not.
+fn input() -> BuildInput {
+    let cla = two_zones();
     let setting = LocalityLbSetting::default();
     let located = LocalityInput::new(&cla, &setting, true, |_| BTreeMap::new()).expect("applies");
     let plain = ClusterLoadAssignment {
@@ -48,6 +53,14 @@ fn view(region: &str) -> View {
         proxyless: false,
         locality: LocalityId::intern(Locality::parse(&format!("{region}/z1"))).expect("room"),
     }
+}
+
+/// Whether a proxy in `region` sees the very map of type `ty` a proxy without a locality sees.
+fn same_as_default(snap: &crate::snapshot::Snapshot, ty: ResourceType, region: &str) -> bool {
+    Arc::ptr_eq(
+        &snap.resources_for(ty, view(region)),
+        &snap.resources_for(ty, View::Envoy),
+    )
 }
 
 fn priority_of_east(res: &TypeResources) -> u32 {
@@ -84,11 +97,7 @@ fn each_locality_builds_its_variant_once_and_shares_the_rest() {
     assert_ne!(east.version, west.version);
     assert_ne!(east.version, default.version);
     // Other types do not differ by locality.
-    let clusters = snap.resources_for(ResourceType::Cluster, view("east"));
-    assert!(Arc::ptr_eq(
-        &clusters,
-        &snap.resources_for(ResourceType::Cluster, View::Envoy)
-    ));
+    assert!(same_as_default(&snap, ResourceType::Cluster, "east"));
 }
 
 #[test]
@@ -96,11 +105,7 @@ fn a_setting_change_alone_is_a_change_and_removal_forgets_the_name() {
     let mut b = SnapshotBuilder::new();
     b.build(input()).expect("first");
     let mut next = input();
-    let cla = ClusterLoadAssignment {
-        cluster_name: "a".into(),
-        endpoints: vec![group("east", "z1"), group("west", "z1")],
-        ..Default::default()
-    };
+    let cla = two_zones();
     let setting = LocalityLbSetting {
         failover_priority: vec!["topology.kubernetes.io/region".into()],
         ..Default::default()
@@ -122,11 +127,7 @@ fn a_setting_change_alone_is_a_change_and_removal_forgets_the_name() {
         })
         .expect("removed");
     assert!(snap.located.names().is_empty());
-    let east = snap.resources_for(ResourceType::Endpoint, view("east"));
-    assert!(Arc::ptr_eq(
-        &east,
-        &snap.resources_for(ResourceType::Endpoint, View::Envoy)
-    ));
+    assert!(same_as_default(&snap, ResourceType::Endpoint, "east"));
 }
 
 #[test]
