@@ -69,6 +69,7 @@ mod service;
 mod sotw;
 mod stream;
 mod subscription;
+mod warming;
 
 #[cfg(test)]
 pub(crate) use connections::Registration;
@@ -80,6 +81,7 @@ pub use request::{MAX_NAME_BYTES, MAX_NAMES_PER_REQUEST};
 pub use rest::RestService;
 pub use service::{AdsService, CdsService, EdsService, LdsService, RdsService};
 pub use subscription::{Change, SotwNames, Subscription, WILDCARD};
+pub use warming::DEFAULT_EDS_WARM_WAIT;
 
 use std::sync::Arc;
 
@@ -102,6 +104,9 @@ pub struct XdsOptions {
     pub identity: crate::tls::IdentityMapping,
     /// Accept only SPIFFE IDs of this trust domain.
     pub trust_domain: Option<String>,
+    /// Over ADS, how long listeners and routes wait for the EDS of clusters a push added before they
+    /// go anyway (make-before-break, SOTW-31; see `warming.rs` in this module).
+    pub eds_warm_wait: std::time::Duration,
 }
 
 impl Default for XdsOptions {
@@ -110,6 +115,7 @@ impl Default for XdsOptions {
             max_decoding_message_size: DEFAULT_MAX_DECODING_MESSAGE_SIZE,
             identity: crate::tls::IdentityMapping::default(),
             trust_domain: None,
+            eds_warm_wait: DEFAULT_EDS_WARM_WAIT,
         }
     }
 }
@@ -150,6 +156,7 @@ impl XdsServer {
                 trust_domain: options.trust_domain.map(Arc::from),
                 full_sets: Arc::default(),
                 names: Arc::default(),
+                eds_warm_wait: options.eds_warm_wait,
             }),
         }
     }

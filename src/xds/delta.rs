@@ -182,12 +182,38 @@ impl Protocol for Delta {
         built.change_driven
     }
 
-    fn after_cds(&mut self, built: &DeltaBuilt, _snap: &Arc<Snapshot>, ads: bool) {
-        if ads {
-            // SOTW-32 for delta: re-warmed clusters need their assignment again.
-            let clusters = built.resources.iter().map(|r| Arc::clone(&r.name));
-            self.types[ResourceType::Endpoint.index()].owe(clusters);
+    fn after_cds(
+        &mut self,
+        built: &DeltaBuilt,
+        snap: &Arc<Snapshot>,
+        view: View,
+        ads: bool,
+    ) -> Vec<Arc<str>> {
+        if !ads {
+            return Vec::new();
         }
+        // SOTW-32 for delta: re-warmed clusters need their assignment again.
+        let eds = &mut self.types[ResourceType::Endpoint.index()];
+        eds.owe(built.resources.iter().map(|r| Arc::clone(&r.name)));
+        let Some(before) = built.previous().filter(|_| eds.requested()) else {
+            return Vec::new();
+        };
+        let cla = snap.resources_for(ResourceType::Endpoint, view);
+        built
+            .resources
+            .iter()
+            .map(|r| &r.name)
+            .filter(|n| before.get(n).is_none() && cla.get(n).is_some())
+            .cloned()
+            .collect()
+    }
+
+    fn carried(built: &DeltaBuilt) -> impl Iterator<Item = &Arc<str>> {
+        built
+            .resources
+            .iter()
+            .map(|r| &r.name)
+            .chain(&built.removed)
     }
 
     fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: DeltaBuilt) {
