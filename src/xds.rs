@@ -105,7 +105,8 @@ pub struct XdsOptions {
     /// Accept only SPIFFE IDs of this trust domain.
     pub trust_domain: Option<String>,
     /// Over ADS, how long listeners and routes wait for the EDS of clusters a push added before they
-    /// go anyway (make-before-break, SOTW-31; see `warming.rs` in this module).
+    /// go anyway (make-before-break, SOTW-31; see `warming.rs` in this module). Zero turns the wait
+    /// off.
     pub eds_warm_wait: std::time::Duration,
 }
 

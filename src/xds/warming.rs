@@ -37,7 +37,7 @@ pub(crate) struct WarmGate {
 impl WarmGate {
     /// A CDS response added `clusters` (each with a load assignment the client must fetch); `present`
     /// says whether a cluster still exists for the client after that response (awaited names it
-    /// removed are dropped: the client will not ask for them).
+    /// removed are dropped: the client will not ask for them). A zero `wait` turns the gate off.
     pub(crate) fn added(
         &mut self,
         clusters: Vec<Arc<str>>,
@@ -45,6 +45,9 @@ impl WarmGate {
         now: Instant,
         wait: Duration,
     ) {
+        if wait.is_zero() {
+            return;
+        }
         self.awaiting.retain(|c| present(c));
         self.awaiting.extend(clusters);
         if self.awaiting.is_empty() {
@@ -146,6 +149,15 @@ mod tests {
         // The next CDS response removed "a" and added nothing.
         g.added(Vec::new(), |c| c != "a", t0, WAIT);
         assert!(!g.holds(ResourceType::Listener, t0));
+        assert_eq!(g.deadline(), None);
+    }
+
+    #[test]
+    fn a_zero_wait_turns_the_gate_off() {
+        let t0 = Instant::now();
+        let mut g = WarmGate::default();
+        g.added(names(&["a"]), |_| true, t0, Duration::ZERO);
+        assert!(!g.holds(ResourceType::Route, t0));
         assert_eq!(g.deadline(), None);
     }
 }
