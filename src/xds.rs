@@ -22,7 +22,9 @@
 //! hand-off slot to the body. It never keeps a copy of what it sent: responses are built from the
 //! newest snapshot when the client has room, and a stuck client pins at most the responses already
 //! handed to h2/hyper and one staged. ADS streams also hold the snapshot their last CDS response
-//! came from (shared structure) for make-before-break removals (SOTW-31).
+//! came from (shared structure) for make-before-break removals (SOTW-31), and the names of clusters
+//! CDS added whose EDS has not gone out yet (listeners and routes wait for it, bounded by
+//! [`XdsOptions::eds_warm_wait`]; `warming.rs`).
 //!
 //! A delta stream keeps the same per-type records, with the client's view held as a shared
 //! reference to the map its last response came from instead of SotW's owed-name sets (`delta/state.rs`).

@@ -13,7 +13,8 @@
 //! copying it is explained there). What follows CDS: over ADS, clusters a CDS response changed get
 //! their EDS resent right after it: Envoy re-warms an updated cluster and waits for its assignment
 //! (SOTW-32; Envoy issue 31535 shows the outage when a delta server leaves it out). A CDS response
-//! told to hold removals defers them to the end of the push (SOTW-31). Not supported: aliases and
+//! told to hold removals defers them to the end of the push (SOTW-31); the clusters it added (not
+//! in the map the previous one came from) go to the stream's warming gate (`warming.rs`). Not supported: aliases and
 //! resource locators (treated as unknown names, DELTA-15/18), TTLs (DELTA-20).
 
 mod state;

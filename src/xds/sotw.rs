@@ -7,7 +7,8 @@
 //! added or changed have their EDS answered on the next EDS request, even one that looks like an
 //! ACK (SOTW-32). Make-before-break (SOTW-31): a CDS response told to hold removals keeps the
 //! clusters removed since the snapshot the last CDS response came from; a clean CDS response is
-//! owed when the push completes.
+//! owed when the push completes. The same base tells which clusters a CDS response added, for the
+//! stream's warming gate (listeners and routes wait for their EDS, `warming.rs`).
 
 mod request;
 mod state;

@@ -8,11 +8,13 @@
 //! CDS → EDS → LDS → RDS from a single pinned snapshot (SOTW-30), one response per room in the
 //! body's slot. Make-before-break lives here, once (SOTW-31): over ADS, when the same push also
 //! changes the client's listeners or routes, the CDS response holds back its cluster removals and
-//! the protocol releases them when the push completes.
+//! the protocol releases them when the push completes; and after a CDS response that added EDS
+//! clusters, listeners and routes wait (the push stays on its snapshot) until an EDS response
+//! carried those clusters or the bounded wait ran out (`warming.rs`).
 //!
 //! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
 //! never queued behind pushes, SOTW-36); room in the body's one-response slot when something is
-//! owed; snapshot wake-ups; admin push requests. Responses are built only when the body has room,
+//! owed; snapshot wake-ups; admin push requests; the end of the warming gate's wait. Responses are built only when the body has room,
 //! from the newest snapshot (latest wins, TRANS-1). No lock is held across an await and nothing
 //! shared is locked while a response is handed over.
 
