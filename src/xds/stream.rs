@@ -324,10 +324,15 @@ impl<P: Protocol> Stream<P> {
     }
 
     fn has_work(&self, latest_seq: u64) -> bool {
-        let now = Instant::now();
         ResourceType::PUSH_ORDER
             .iter()
-            .any(|t| self.proto.has_work(*t, latest_seq) && !self.gate.holds(*t, now))
+            .any(|t| self.proto.has_work(*t, latest_seq) && !self.held(*t))
+    }
+
+    /// Whether responses of `ty` wait for the EDS of added clusters (reads the clock only while
+    /// the gate is on).
+    fn held(&self, ty: ResourceType) -> bool {
+        self.gate.deadline().is_some() && self.gate.holds(ty, Instant::now())
     }
 
     /// The warming gate ran out: listeners and routes go without the EDS they waited for.
@@ -359,7 +364,7 @@ impl<P: Protocol> Stream<P> {
                 if !self.proto.has_work(ty, snap.seq) {
                     continue;
                 }
-                if self.gate.holds(ty, Instant::now()) {
+                if self.held(ty) {
                     // SOTW-31: listeners and routes wait for the EDS of clusters CDS just added;
                     // the cycle stays on this snapshot until it went out or the wait ran out.
                     return Ok(());
