@@ -102,16 +102,19 @@ mod tests {
         n.iter().map(|s| Arc::from(*s)).collect()
     }
 
+    /// A gate after a CDS response at `t0` added `clusters`, with `wait`.
+    fn armed(clusters: &[&str], wait: Duration) -> (WarmGate, Instant) {
+        let t0 = Instant::now();
+        let mut g = WarmGate::default();
+        g.added(names(clusters), |_| true, t0, wait);
+        (g, t0)
+    }
+
     #[test]
     fn routes_wait_until_every_added_cluster_had_its_eds() {
         // SOTW-31: listeners and routes follow the EDS of clusters CDS added.
-        let t0 = Instant::now();
-        let mut g = WarmGate::default();
-        assert!(
-            !g.holds(ResourceType::Route, t0),
-            "nothing added, nothing held"
-        );
-        g.added(names(&["a", "b"]), |_| true, t0, WAIT);
+        assert!(!WarmGate::default().holds(ResourceType::Route, Instant::now()));
+        let (mut g, t0) = armed(&["a", "b"], WAIT);
         for ty in [ResourceType::Listener, ResourceType::Route] {
             assert!(g.holds(ty, t0));
         }
@@ -128,9 +131,7 @@ mod tests {
     #[test]
     fn the_hold_is_bounded_and_not_extended_by_later_additions() {
         // A client that never asks for EDS delays routes by one wait, not forever.
-        let t0 = Instant::now();
-        let mut g = WarmGate::default();
-        g.added(names(&["a"]), |_| true, t0, WAIT);
+        let (mut g, t0) = armed(&["a"], WAIT);
         g.added(names(&["b"]), |_| true, t0 + WAIT / 2, WAIT);
         assert_eq!(g.deadline(), Some(t0 + WAIT));
         assert_eq!(g.expire(t0 + WAIT / 2), None, "not yet");
@@ -138,25 +139,17 @@ mod tests {
         let given_up = g.expire(t0 + WAIT).expect("ran out");
         assert_eq!(given_up, names(&["a", "b"]));
         assert_eq!(g.deadline(), None);
-        assert!(!g.holds(ResourceType::Route, t0 + WAIT));
     }
 
     #[test]
-    fn clusters_removed_before_their_eds_are_not_awaited() {
-        let t0 = Instant::now();
-        let mut g = WarmGate::default();
-        g.added(names(&["a"]), |_| true, t0, WAIT);
-        // The next CDS response removed "a" and added nothing.
+    fn removed_clusters_and_a_zero_wait_hold_nothing() {
+        let (mut g, t0) = armed(&["a"], WAIT);
+        // The next CDS response removed "a" and added nothing: the client will not ask for it.
         g.added(Vec::new(), |c| c != "a", t0, WAIT);
         assert!(!g.holds(ResourceType::Listener, t0));
         assert_eq!(g.deadline(), None);
-    }
-
-    #[test]
-    fn a_zero_wait_turns_the_gate_off() {
-        let t0 = Instant::now();
-        let mut g = WarmGate::default();
-        g.added(names(&["a"]), |_| true, t0, Duration::ZERO);
+        // A zero wait turns the gate off.
+        let (g, t0) = armed(&["a"], Duration::ZERO);
         assert!(!g.holds(ResourceType::Route, t0));
         assert_eq!(g.deadline(), None);
     }
