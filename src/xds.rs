@@ -102,6 +102,9 @@ pub struct XdsOptions {
     pub identity: crate::tls::IdentityMapping,
     /// Accept only SPIFFE IDs of this trust domain.
     pub trust_domain: Option<String>,
+    /// Answer the MCP collections (`ResourceType::is_mcp`) for istiod. When off they are unknown
+    /// types, ignored (SOTW-5).
+    pub serve_mcp: bool,
 }
 
 impl Default for XdsOptions {
@@ -110,6 +113,7 @@ impl Default for XdsOptions {
             max_decoding_message_size: DEFAULT_MAX_DECODING_MESSAGE_SIZE,
             identity: crate::tls::IdentityMapping::default(),
             trust_domain: None,
+            serve_mcp: false,
         }
     }
 }
@@ -148,6 +152,7 @@ impl XdsServer {
                 max_decoding_message_size: options.max_decoding_message_size,
                 identity: options.identity,
                 trust_domain: options.trust_domain.map(Arc::from),
+                serve_mcp: options.serve_mcp,
                 full_sets: Arc::default(),
                 names: Arc::default(),
             }),

@@ -37,6 +37,7 @@ pub(crate) struct Shared {
     pub max_decoding_message_size: usize,
     pub identity: IdentityMapping,
     pub trust_domain: Option<Arc<str>>,
+    pub serve_mcp: bool,
     pub full_sets: Arc<FullSetCache>,
     pub names: Arc<SharedNames>,
 }
@@ -88,6 +89,7 @@ impl Shared {
             fixed,
             peer,
             auth,
+            serve_mcp: self.serve_mcp,
             full_sets: Arc::clone(&self.full_sets),
             names: Arc::clone(&self.names),
         };
