@@ -3,7 +3,7 @@
 //!
 //! Built from the generated types of Istio's own protos (`istio_api::proto`), never by hand.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use prost::Message;
 use tributary_registries::istio_api::proto::istio::mcp::v1alpha1 as mcp;
@@ -78,7 +78,7 @@ pub fn resources_for(svc: &MergedService, settings: &McpSettings) -> Vec<Encoded
         EndpointMode::WorkloadEntries => {
             let selector = selector_value(&name);
             entry.workload_selector = Some(net::WorkloadSelector {
-                labels: HashMap::from([(SELECTOR_LABEL.to_string(), selector.clone())]),
+                labels: BTreeMap::from([(SELECTOR_LABEL.to_string(), selector.clone())]),
             });
             let mut used = BTreeMap::new();
             for &(i, e) in &published {

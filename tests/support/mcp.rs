@@ -35,7 +35,7 @@ const REQUEST_BUFFER: usize = 16;
 /// One held resource: its version and the decoded wrapper.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Held {
-    /// The xDS resource version (delta) or the wrapper's `metadata.version` (SotW).
+    /// The wrapper's `metadata.version` (SotW carries no per-resource xDS version).
     pub version: String,
     /// The MCP wrapper.
     pub resource: mcp::Resource,
@@ -175,7 +175,8 @@ impl McpClient {
                 for r in &resp.resources {
                     let (name, resource) = decode(r.resource.as_ref().expect("a resource"));
                     assert_eq!(name, r.name, "the xDS name is the metadata name");
-                    let version = r.version.clone();
+                    assert!(!r.version.is_empty(), "delta resources carry a version");
+                    let version = resource.metadata.as_ref().expect("metadata").version.clone();
                     set.insert(name, Held { version, resource });
                 }
                 for gone in &resp.removed_resources {

@@ -142,9 +142,18 @@ fn workload_entries_mode_publishes_one_selected_entry_per_endpoint() {
 
 #[test]
 fn versions_follow_content_only() {
-    let a = resources_for(&consul_service(), &enabled());
-    let b = resources_for(&consul_service(), &enabled());
+    // TRANS-12: maps encode in key order, so many labels still give one encoding (a `HashMap`
+    // would encode in its random per-instance order).
+    let labelled = || {
+        let mut svc = consul_service();
+        svc.endpoints[0].labels = (0..16).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+        svc
+    };
+    let a = resources_for(&labelled(), &enabled());
+    let b = resources_for(&labelled(), &enabled());
     assert_eq!(a[0].version, b[0].version);
+    assert_eq!(a[0].any_bytes(), b[0].any_bytes());
+    let a = resources_for(&consul_service(), &enabled());
     let mut changed = consul_service();
     changed.endpoints[0].weight = 4;
     assert_ne!(a[0].version, resources_for(&changed, &enabled())[0].version);
