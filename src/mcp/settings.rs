@@ -55,7 +55,10 @@ impl Default for McpSettings {
 
 impl McpSettings {
     /// Checks the settings; `registries` are the names of every configured registry.
-    pub fn validate<'a>(&self, mut registries: impl Iterator<Item = &'a str>) -> Result<(), String> {
+    pub fn validate<'a>(
+        &self,
+        mut registries: impl Iterator<Item = &'a str>,
+    ) -> Result<(), String> {
         let ns = &self.default_namespace;
         let label = !ns.is_empty()
             && ns.len() <= 63
@@ -124,5 +127,20 @@ mod tests {
         let e = unknown.validate(["consul"].into_iter()).unwrap_err();
         assert!(e.contains("\"k8s\""), "{e}");
         assert!(unknown.validate(["k8s"].into_iter()).is_ok());
+    }
+
+    #[test]
+    fn the_config_file_section_is_validated_against_its_registries() {
+        use crate::config::Config;
+        let ok = Config::from_yaml(
+            "registries: [{type: mock, name: vms}]\n\
+             mcp: {enabled: true, endpoints: workload_entries, skip_registries: [vms]}\n",
+        )
+        .expect("valid");
+        assert_eq!(ok.mcp.endpoints, EndpointMode::WorkloadEntries);
+        let e = Config::from_yaml("mcp: {enabled: true, skip_registries: [nope]}\n").unwrap_err();
+        assert!(e.to_string().contains("mcp.skip_registries"), "{e}");
+        let e = Config::from_yaml("mcp: {enabled: true, endpoints: sideways}\n").unwrap_err();
+        assert!(e.to_string().contains("sideways"), "{e}");
     }
 }

@@ -187,7 +187,10 @@ async fn replicas_agree_and_envoy_streams_never_see_collections() {
         .await;
         held.push((c.versions.clone(), c.held.clone()));
     }
-    assert_eq!(held[0], held[1], "same versions and content on both replicas");
+    assert_eq!(
+        held[0], held[1],
+        "same versions and content on both replicas"
+    );
     let (_, h) = &held[0];
     let we_names: Vec<&str> = h[WE].keys().map(String::as_str).collect();
     assert_eq!(
@@ -230,8 +233,13 @@ async fn envoy_sees_only_clusters(xds: SocketAddr, also: &[&str]) {
     }
     let mut cds = 0;
     let deadline = Instant::now() + QUIET;
-    while let Ok(Ok(Some(resp))) = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), rx.message()).await {
-        assert_eq!(resp.type_url, CDS, "an Envoy stream only gets what it asked for");
+    while let Ok(Ok(Some(resp))) =
+        tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), rx.message()).await
+    {
+        assert_eq!(
+            resp.type_url, CDS,
+            "an Envoy stream only gets what it asked for"
+        );
         cds += 1;
     }
     assert!(cds >= 1, "CDS is answered, the collections are not");

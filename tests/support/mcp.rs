@@ -55,7 +55,11 @@ impl Held {
     }
 
     fn body(&self, message: &str) -> &[u8] {
-        let body = self.resource.body.as_ref().expect("every resource has a body");
+        let body = self
+            .resource
+            .body
+            .as_ref()
+            .expect("every resource has a body");
         assert_eq!(body.type_url, format!("type.googleapis.com/{message}"));
         &body.value
     }
@@ -63,7 +67,10 @@ impl Held {
 
 /// Decodes one resource `Any` of a response: `(metadata.name, wrapper)`.
 pub fn decode(any: &Any) -> (String, mcp::Resource) {
-    assert_eq!(any.type_url, RESOURCE_TYPE_URL, "istiod unpacks mcp.Resource");
+    assert_eq!(
+        any.type_url, RESOURCE_TYPE_URL,
+        "istiod unpacks mcp.Resource"
+    );
     let r = mcp::Resource::decode(any.value.as_slice()).expect("an mcp.Resource");
     let name = r.metadata.as_ref().expect("metadata").name.clone();
     (name, r)
@@ -99,7 +106,9 @@ pub struct McpClient {
 impl McpClient {
     /// Opens ADS to `addr` in `mode` and subscribes to every collection with no names.
     pub async fn open(addr: SocketAddr, mode: Mode, node_id: &str) -> McpClient {
-        let ch = connect(addr).await.expect("tributary accepts the connection");
+        let ch = connect(addr)
+            .await
+            .expect("tributary accepts the connection");
         let mut client = AggregatedDiscoveryServiceClient::new(ch);
         let stream = match mode {
             Mode::Sotw => {
@@ -153,7 +162,12 @@ impl McpClient {
                 let mut set = BTreeMap::new();
                 for any in &resp.resources {
                     let (name, resource) = decode(any);
-                    let version = resource.metadata.as_ref().expect("metadata").version.clone();
+                    let version = resource
+                        .metadata
+                        .as_ref()
+                        .expect("metadata")
+                        .version
+                        .clone();
                     set.insert(name, Held { version, resource });
                 }
                 self.held.insert(resp.type_url.clone(), set);
@@ -176,7 +190,12 @@ impl McpClient {
                     let (name, resource) = decode(r.resource.as_ref().expect("a resource"));
                     assert_eq!(name, r.name, "the xDS name is the metadata name");
                     assert!(!r.version.is_empty(), "delta resources carry a version");
-                    let version = resource.metadata.as_ref().expect("metadata").version.clone();
+                    let version = resource
+                        .metadata
+                        .as_ref()
+                        .expect("metadata")
+                        .version
+                        .clone();
                     set.insert(name, Held { version, resource });
                 }
                 for gone in &resp.removed_resources {
@@ -199,7 +218,10 @@ impl McpClient {
         while !done(&self.held) {
             let left = deadline.saturating_duration_since(Instant::now());
             if self.next(left).await.is_none() {
-                panic!("no {what} within {limit:?}; holding {:#?}", self.held.keys());
+                panic!(
+                    "no {what} within {limit:?}; holding {:#?}",
+                    self.held.keys()
+                );
             }
         }
     }

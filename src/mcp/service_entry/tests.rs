@@ -67,7 +67,10 @@ fn a_service_becomes_one_static_service_entry_with_healthy_endpoints_inline() {
     assert_eq!(se.hosts, ["api.service.consul"]);
     assert_eq!(se.addresses, ["240.0.0.7"]);
     assert_eq!(se.resolution, net::service_entry::Resolution::Static as i32);
-    assert_eq!(se.location, net::service_entry::Location::MeshInternal as i32);
+    assert_eq!(
+        se.location,
+        net::service_entry::Location::MeshInternal as i32
+    );
     let ports: Vec<(u32, &str, &str)> = se
         .ports
         .iter()
@@ -146,7 +149,9 @@ fn versions_follow_content_only() {
     // would encode in its random per-instance order).
     let labelled = || {
         let mut svc = consul_service();
-        svc.endpoints[0].labels = (0..16).map(|i| (format!("k{i}"), format!("v{i}"))).collect();
+        svc.endpoints[0].labels = (0..16)
+            .map(|i| (format!("k{i}"), format!("v{i}")))
+            .collect();
         svc
     };
     let a = resources_for(&labelled(), &enabled());
