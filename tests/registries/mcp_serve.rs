@@ -98,12 +98,10 @@ fn check_service_entries(held: &Holdings) {
     let se = pay.service_entry();
     assert_eq!(se.hosts, ["pay.mock.internal"]);
     assert_eq!(se.resolution, 1, "STATIC");
-    let ports: Vec<(u32, &str, &str)> = se
-        .ports
-        .iter()
-        .map(|p| (p.number, p.name.as_str(), p.protocol.as_str()))
+    let ports: Vec<String> = (se.ports.iter())
+        .map(|p| format!("{} {} {}", p.number, p.name, p.protocol))
         .collect();
-    assert_eq!(ports, [(8080, "http", "HTTP"), (9090, "grpc", "GRPC")]);
+    assert_eq!(ports, ["8080 http HTTP", "9090 grpc GRPC"]);
     assert_eq!(se.endpoints.len(), 1, "only the healthy endpoint");
     let e = &se.endpoints[0];
     assert_eq!(e.address, "10.1.0.1");

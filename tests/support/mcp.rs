@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
@@ -65,19 +66,53 @@ impl Held {
     }
 }
 
-/// Decodes one resource `Any` of a response: `(metadata.name, wrapper)`.
-pub fn decode(any: &Any) -> (String, mcp::Resource) {
+/// Decodes one resource `Any` of a response: `(metadata.name, held)`.
+pub fn decode(any: &Any) -> (String, Held) {
     assert_eq!(
         any.type_url, RESOURCE_TYPE_URL,
         "istiod unpacks mcp.Resource"
     );
-    let r = mcp::Resource::decode(any.value.as_slice()).expect("an mcp.Resource");
-    let name = r.metadata.as_ref().expect("metadata").name.clone();
-    (name, r)
+    let resource = mcp::Resource::decode(any.value.as_slice()).expect("an mcp.Resource");
+    let meta = resource.metadata.as_ref().expect("metadata");
+    let (name, version) = (meta.name.clone(), meta.version.clone());
+    (name, Held { version, resource })
 }
 
 /// What a client holds: collection → name → resource.
 pub type Holdings = BTreeMap<String, BTreeMap<String, Held>>;
+
+/// A first request for a collection: its type URL and no names (a wildcard), as istiod sends.
+trait Wildcard {
+    fn wildcard(type_url: String, node: Option<Node>) -> Self;
+}
+
+macro_rules! wildcard {
+    ($request:ty) => {
+        impl Wildcard for $request {
+            fn wildcard(type_url: String, node: Option<Node>) -> Self {
+                Self {
+                    node,
+                    type_url,
+                    ..Default::default()
+                }
+            }
+        }
+    };
+}
+wildcard!(DiscoveryRequest);
+wildcard!(DeltaDiscoveryRequest);
+
+/// A request channel holding one wildcard request per collection, the node on the first, as
+/// istiod opens its stream.
+async fn subscribe_all<R: Wildcard>(node_id: &str) -> (mpsc::Sender<R>, mpsc::Receiver<R>) {
+    let (tx, rx) = mpsc::channel(REQUEST_BUFFER);
+    for (i, c) in COLLECTIONS.iter().enumerate() {
+        let node = (i == 0).then(|| node(node_id));
+        let req = R::wildcard(c.type_url.to_string(), node);
+        tx.send(req).await.expect("buffer has room");
+    }
+    (tx, rx)
+}
 
 /// Which protocol a client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,38 +147,14 @@ impl McpClient {
         let mut client = AggregatedDiscoveryServiceClient::new(ch);
         let stream = match mode {
             Mode::Sotw => {
-                let (tx, rx) = mpsc::channel(REQUEST_BUFFER);
-                for (i, c) in COLLECTIONS.iter().enumerate() {
-                    let req = DiscoveryRequest {
-                        node: (i == 0).then(|| node(node_id)),
-                        type_url: c.type_url.into(),
-                        ..Default::default()
-                    };
-                    tx.send(req).await.expect("buffer has room");
-                }
-                let rx = client
-                    .stream_aggregated_resources(ReceiverStream::new(rx))
-                    .await
-                    .expect("ADS opens")
-                    .into_inner();
-                Stream::Sotw(tx, rx)
+                let (tx, rx) = subscribe_all::<DiscoveryRequest>(node_id).await;
+                let rx = client.stream_aggregated_resources(ReceiverStream::new(rx));
+                Stream::Sotw(tx, rx.await.expect("ADS opens").into_inner())
             }
             Mode::Delta => {
-                let (tx, rx) = mpsc::channel(REQUEST_BUFFER);
-                for (i, c) in COLLECTIONS.iter().enumerate() {
-                    let req = DeltaDiscoveryRequest {
-                        node: (i == 0).then(|| node(node_id)),
-                        type_url: c.type_url.into(),
-                        ..Default::default()
-                    };
-                    tx.send(req).await.expect("buffer has room");
-                }
-                let rx = client
-                    .delta_aggregated_resources(ReceiverStream::new(rx))
-                    .await
-                    .expect("delta ADS opens")
-                    .into_inner();
-                Stream::Delta(tx, rx)
+                let (tx, rx) = subscribe_all::<DeltaDiscoveryRequest>(node_id).await;
+                let rx = client.delta_aggregated_resources(ReceiverStream::new(rx));
+                Stream::Delta(tx, rx.await.expect("delta ADS opens").into_inner())
             }
         };
         McpClient {
@@ -161,14 +172,8 @@ impl McpClient {
                 let resp = resp.expect("stream healthy").expect("stream open");
                 let mut set = BTreeMap::new();
                 for any in &resp.resources {
-                    let (name, resource) = decode(any);
-                    let version = resource
-                        .metadata
-                        .as_ref()
-                        .expect("metadata")
-                        .version
-                        .clone();
-                    set.insert(name, Held { version, resource });
+                    let (name, held) = decode(any);
+                    set.insert(name, held);
                 }
                 self.held.insert(resp.type_url.clone(), set);
                 self.versions
@@ -187,16 +192,10 @@ impl McpClient {
                 let resp = resp.expect("stream healthy").expect("stream open");
                 let set = self.held.entry(resp.type_url.clone()).or_default();
                 for r in &resp.resources {
-                    let (name, resource) = decode(r.resource.as_ref().expect("a resource"));
+                    let (name, held) = decode(r.resource.as_ref().expect("a resource"));
                     assert_eq!(name, r.name, "the xDS name is the metadata name");
                     assert!(!r.version.is_empty(), "delta resources carry a version");
-                    let version = resource
-                        .metadata
-                        .as_ref()
-                        .expect("metadata")
-                        .version
-                        .clone();
-                    set.insert(name, Held { version, resource });
+                    set.insert(name, held);
                 }
                 for gone in &resp.removed_resources {
                     set.remove(gone);
