@@ -116,9 +116,13 @@ impl ResourceType {
         }
     }
 
-    /// The type with this `type_url`, if tributary serves it.
+    /// The type with this `type_url`, if tributary serves it. An MCP collection is found under
+    /// each of its API versions (`crate::mcp::type_urls`).
     pub fn from_type_url(url: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.type_url() == url)
+        Self::ALL
+            .into_iter()
+            .find(|t| t.type_url() == url)
+            .or_else(|| crate::mcp::type_urls::served(url).map(|(t, _)| t))
     }
 
     /// Short lower-case name used in metric labels (`cds`, `eds`, `lds`, `rds`), as istiod does.

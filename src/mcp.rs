@@ -15,6 +15,7 @@
 mod names;
 mod service_entry;
 mod settings;
+pub mod type_urls;
 
 pub use names::{object_name, resource_name};
 pub use service_entry::resources_for;

@@ -60,6 +60,7 @@ mod cache;
 mod connections;
 mod csds;
 mod delta;
+mod empty_answers;
 pub(crate) mod metrics;
 mod names;
 mod node;

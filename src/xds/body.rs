@@ -29,8 +29,9 @@ use crate::envoy::ResourceType;
 /// One framed `DiscoveryResponse`, ready to go on the wire.
 #[derive(Debug)]
 pub(crate) struct Framed {
-    /// Its type, so a staged response can be recalled by type.
-    pub ty: ResourceType,
+    /// Its type, so a staged response can be recalled by type; `None` for an empty answer to a
+    /// collection tributary does not serve (never recalled).
+    pub ty: Option<ResourceType>,
     /// The gRPC prefix + per-stream fields, then the shared resource entries.
     pub chunks: Vec<Bytes>,
     /// SotW EDS/RDS: the names carried, so a recalled response can be owed again (shared with the
@@ -123,7 +124,7 @@ impl SlotWriter {
     /// Takes back a staged response of type `ty` the body has not started.
     pub(crate) fn recall(&self, ty: ResourceType) -> Option<Framed> {
         let mut s = self.shared.lock();
-        if s.staged.as_ref().is_some_and(|f| f.ty == ty) {
+        if s.staged.as_ref().is_some_and(|f| f.ty == Some(ty)) {
             let framed = s.staged.take();
             drop(s);
             self.shared.room.notify_waiters();

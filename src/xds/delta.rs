@@ -64,6 +64,10 @@ impl Protocol for Delta {
         &req.type_url
     }
 
+    fn response_nonce(req: &DeltaDiscoveryRequest) -> &str {
+        &req.response_nonce
+    }
+
     fn error(req: &DeltaDiscoveryRequest) -> Option<&str> {
         req.error_detail.as_ref().map(|e| e.message.as_str())
     }
@@ -162,6 +166,7 @@ impl Protocol for Delta {
 
     fn frame(
         ty: ResourceType,
+        type_url: &str,
         built: &mut DeltaBuilt,
         nonce: &str,
         view: View,
@@ -176,7 +181,7 @@ impl Protocol for Delta {
                 .collect(),
         };
         let version = built.version.to_string();
-        response::frame_delta(ty, &version, nonce, &built.removed, entries)
+        response::frame_delta(ty, type_url, &version, nonce, &built.removed, entries)
     }
 
     fn change_driven(built: &DeltaBuilt) -> bool {

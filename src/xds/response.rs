@@ -25,31 +25,34 @@ pub(crate) struct TooLarge {
     len: usize,
 }
 
-/// Frames a SotW response of `ty` carrying `entries` (shared `sotw_entry` bytes). Returns the
-/// framed response and the message size (without the gRPC prefix).
+/// Frames a SotW response of `ty` carrying `entries` (shared `sotw_entry` bytes), with `type_url`
+/// (the URL the client asked with: an MCP collection has several, `crate::mcp::type_urls`).
+/// Returns the framed response and the message size (without the gRPC prefix).
 pub(crate) fn frame(
     ty: ResourceType,
+    type_url: &str,
     version: &str,
     nonce: &str,
     entries: Vec<Bytes>,
     names: Arc<[Arc<str>]>,
 ) -> Result<(Framed, usize), TooLarge> {
-    let fields = [(1, version), (4, ty.type_url()), (5, nonce)];
+    let fields = [(1, version), (4, type_url), (5, nonce)];
     frame_fields(ty, &fields, entries, names)
 }
 
-/// Frames a `DeltaDiscoveryResponse` of `ty`: `system_version_info` (1, debug only), `type_url`
+/// Frames a `DeltaDiscoveryResponse` of `ty` (as `type_url`): `system_version_info` (1, debug only), `type_url`
 /// (4), `nonce` (5) and `removed_resources` (6), then `entries` (shared [`EncodedResource::delta_entry`]
 /// chunks). `resource_errors`, `control_plane` and `removed_resource_names` are never set (DELTA-18).
 pub(crate) fn frame_delta(
     ty: ResourceType,
+    type_url: &str,
     system_version: &str,
     nonce: &str,
     removed: &[Arc<str>],
     entries: Vec<Bytes>,
 ) -> Result<(Framed, usize), TooLarge> {
     let mut fields = Vec::with_capacity(3 + removed.len());
-    fields.extend([(1, system_version), (4, ty.type_url()), (5, nonce)]);
+    fields.extend([(1, system_version), (4, type_url), (5, nonce)]);
     fields.extend(removed.iter().map(|n| (6, &**n)));
     frame_fields(ty, &fields, entries, Arc::default())
 }
@@ -73,7 +76,36 @@ fn frame_fields(
     let mut chunks = Vec::with_capacity(entries.len() + 1);
     chunks.push(header.freeze());
     chunks.extend(entries);
-    Ok((Framed { ty, chunks, names }, len))
+    Ok((
+        Framed {
+            ty: Some(ty),
+            chunks,
+            names,
+        },
+        len,
+    ))
+}
+
+/// An empty response for a collection tributary does not serve (`crate::mcp::type_urls`):
+/// `version_info` (SotW) or `system_version_info` (delta) — both field 1 — `type_url` and `nonce`,
+/// no resources. The same bytes are a valid `DiscoveryResponse` and `DeltaDiscoveryResponse`.
+/// Not tied to a served type, so never recalled.
+pub(crate) fn frame_empty(type_url: &str, version: &str, nonce: &str) -> Framed {
+    let fields = [(1, version), (4, type_url), (5, nonce)];
+    let header_len: usize = fields.iter().map(|(_, v)| string_field_len(v)).sum();
+    let mut header = BytesMut::with_capacity(GRPC_PREFIX_LEN + header_len);
+    header.put_u8(0);
+    // Three strings of at most a few KiB each (type URLs are capped by `MAX_NAME_BYTES`-like
+    // request limits), far below the u32 prefix's range.
+    header.put_u32(u32::try_from(header_len).unwrap_or(u32::MAX));
+    for (tag, value) in fields {
+        put_string_field(&mut header, tag, value);
+    }
+    Framed {
+        ty: None,
+        chunks: vec![header.freeze()],
+        names: Arc::default(),
+    }
 }
 
 /// An empty `ClusterLoadAssignment` for an EDS name that does not exist (yet), so Envoy finishes
@@ -103,6 +135,7 @@ mod tests {
         let r = EncodedResource::encode(ResourceType::Cluster, "c1", &c);
         let (framed, len) = frame(
             ResourceType::Cluster,
+            ResourceType::Cluster.type_url(),
             "v1",
             "n1",
             vec![r.sotw_entry().clone(), empty_cla("x").sotw_entry().clone()],

@@ -66,6 +66,10 @@ impl Protocol for Sotw {
         &req.type_url
     }
 
+    fn response_nonce(req: &SotwRequest) -> &str {
+        &req.response_nonce
+    }
+
     fn error(req: &SotwRequest) -> Option<&str> {
         req.error_detail.as_ref().map(|e| e.message.as_str())
     }
@@ -140,6 +144,7 @@ impl Protocol for Sotw {
 
     fn frame(
         ty: ResourceType,
+        type_url: &str,
         built: &mut SotwBuilt,
         nonce: &str,
         _view: View,
@@ -147,7 +152,14 @@ impl Protocol for Sotw {
     ) -> Result<(Framed, usize), TooLarge> {
         let version = built.version.to_string();
         let entries = std::mem::take(&mut built.entries);
-        response::frame(ty, &version, nonce, entries, Arc::clone(&built.names))
+        response::frame(
+            ty,
+            type_url,
+            &version,
+            nonce,
+            entries,
+            Arc::clone(&built.names),
+        )
     }
 
     fn change_driven(built: &SotwBuilt) -> bool {

@@ -30,6 +30,7 @@ use tonic::Status;
 use super::body::{BodyGone, Framed, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::{Connections, Registration, TypeStatus};
+use super::empty_answers::{EMPTY_VERSION, EmptyAnswers};
 use super::metrics;
 use super::names::SharedNames;
 use super::node::NodeInfo;
@@ -37,7 +38,7 @@ use super::request::{
     Auth, FromFrame, Kind, Requests, UnknownTypes, authorize, check_same_node, client_fault,
     first_node, peer_text, request_type,
 };
-use super::response::TooLarge;
+use super::response::{TooLarge, frame_empty};
 use super::warming::WarmGate;
 use crate::envoy::ResourceType;
 use crate::snapshot::{Snapshot, SnapshotStore, TypeResources, View};
@@ -77,6 +78,8 @@ pub(crate) trait Protocol: Default {
     fn node(req: &Self::Request) -> Option<&Node>;
     /// The request's `type_url`.
     fn type_url(req: &Self::Request) -> &str;
+    /// The request's `response_nonce` (empty on a new subscription).
+    fn response_nonce(req: &Self::Request) -> &str;
     /// The request's `error_detail.message`, if it is a NACK.
     fn error(req: &Self::Request) -> Option<&str>;
     /// The protocol's own checks of a request before it is applied (names, SEC-12).
@@ -119,9 +122,11 @@ pub(crate) trait Protocol: Default {
         hold_removals: bool,
         full_sets: &FullSetCache,
     ) -> Option<Self::Built>;
-    /// Frames `built` with `nonce`; returns the framed response and its message size.
+    /// Frames `built` with `nonce`, as `type_url` (the URL the client asked `ty` with); returns
+    /// the framed response and its message size.
     fn frame(
         ty: ResourceType,
+        type_url: &str,
         built: &mut Self::Built,
         nonce: &str,
         view: View,
@@ -166,6 +171,11 @@ pub(crate) struct Stream<P: Protocol> {
     unknown: UnknownTypes,
     /// Listeners and routes wait for the EDS of clusters CDS added (ADS only, `warming.rs`).
     gate: WarmGate,
+    /// The `type_url` each type is answered with: the one the client last asked it with (an MCP
+    /// collection has one per API version, `crate::mcp::type_urls`).
+    urls: [&'static str; ResourceType::COUNT],
+    /// Collections the client asked for that tributary does not serve, owed an empty answer.
+    empty: EmptyAnswers,
 }
 
 /// Runs one stream to its end: waits for the first request, checks its node, registers the
@@ -208,6 +218,8 @@ pub(crate) async fn run<P: Protocol>(
         nonces: 0,
         unknown: UnknownTypes::default(),
         gate: WarmGate::default(),
+        urls: ResourceType::ALL.map(ResourceType::type_url),
+        empty: EmptyAnswers::default(),
     };
     let status = stream
         .serve(first, requests, snapshots, drain, &force_push)
@@ -293,10 +305,18 @@ impl<P: Protocol> Stream<P> {
     fn on_request(&mut self, req: P::Request) -> Result<(), Status> {
         check_same_node(&self.node, P::node(&req))?;
         let ty = request_type(self.params.fixed, P::type_url(&req))?;
+        let url = P::type_url(&req);
         let Some(ty) = ty.filter(|t| self.params.serve_mcp || !t.is_mcp()) else {
-            self.unknown.log(self.registration.id(), P::type_url(&req));
+            if self.params.serve_mcp && crate::mcp::type_urls::is_collection(url) {
+                self.empty.on_request(url, P::response_nonce(&req));
+            } else {
+                self.unknown.log(self.registration.id(), url);
+            }
             return Ok(());
         };
+        if let Some((_, served)) = crate::mcp::type_urls::served(url) {
+            self.urls[ty.index()] = served;
+        }
         P::check(&req)?;
         let known = self.params.store.load();
         let kind = self.proto.apply(
@@ -327,9 +347,10 @@ impl<P: Protocol> Stream<P> {
     }
 
     fn has_work(&self, latest_seq: u64) -> bool {
-        ResourceType::ALL
-            .iter()
-            .any(|t| self.proto.has_work(*t, latest_seq) && !self.held(*t))
+        self.empty.owed()
+            || ResourceType::ALL
+                .iter()
+                .any(|t| self.proto.has_work(*t, latest_seq) && !self.held(*t))
     }
 
     /// Whether responses of `ty` wait for the EDS of added clusters (reads the clock only while
@@ -354,6 +375,11 @@ impl<P: Protocol> Stream<P> {
     /// Stages the next owed response, walking the pinned snapshot in push order.
     fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
         let ads = self.params.fixed.is_none();
+        if let Some(url) = self.empty.take() {
+            let nonce = self.next_nonce();
+            let framed = frame_empty(&url, EMPTY_VERSION, &nonce);
+            return self.writer.stage(framed).map_err(|_| BodyGone);
+        }
         loop {
             if self.cycle.is_none() {
                 self.cycle = self.params.store.load();
@@ -387,7 +413,14 @@ impl<P: Protocol> Stream<P> {
                 };
                 let nonce = self.next_nonce();
                 let full_sets = &self.params.full_sets;
-                let (framed, len) = match P::frame(ty, &mut built, &nonce, view, full_sets) {
+                let (framed, len) = match P::frame(
+                    ty,
+                    self.urls[ty.index()],
+                    &mut built,
+                    &nonce,
+                    view,
+                    full_sets,
+                ) {
                     Ok(f) => f,
                     Err(e) => {
                         tracing::error!(conn = %self.registration.id(), error = %e, "cannot send response");

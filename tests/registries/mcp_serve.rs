@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tributary_registries::consul::fake::{FakeConsul, Instance};
 
 use crate::support::harness::{Tributary, free_port, loopback};
-use crate::support::mcp::{Holdings, McpClient, Mode, SE, WE};
+use crate::support::mcp::{Holdings, ISTIOD_COLLECTIONS, McpClient, Mode, SE, WE};
 use crate::support::raw_ads::{connect, node, open};
 use crate::support::type_url::CDS;
 
@@ -84,7 +84,13 @@ fn consul_endpoints(held: &Holdings) -> Vec<String> {
 
 /// Checks the decoded ServiceEntries against the registries' services.
 fn check_service_entries(held: &Holdings) {
-    let ses = &held[SE];
+    check_service_entries_under(held, "v1alpha3");
+}
+
+/// [`check_service_entries`] for collections keyed under API `version`.
+fn check_service_entries_under(held: &Holdings, version: &str) {
+    let url = |kind: &str| format!("networking.istio.io/{version}/{kind}");
+    let ses = &held[&url("ServiceEntry")];
     let names: Vec<&str> = ses.keys().map(String::as_str).collect();
     assert_eq!(
         names,
@@ -115,12 +121,12 @@ fn check_service_entries(held: &Holdings) {
     assert_eq!(web.hosts, ["web.service.consul"]);
     assert_eq!(web.ports[0].number, 7000);
     assert_eq!(web.ports[0].protocol, "HTTP");
-    assert!(held[WE].is_empty(), "inline mode: no WorkloadEntries");
-    for empty in [
-        "networking.istio.io/v1alpha3/DestinationRule",
-        "networking.istio.io/v1alpha3/VirtualService",
-    ] {
-        assert!(held[empty].is_empty(), "{empty} is answered, empty");
+    assert!(
+        held[&url("WorkloadEntry")].is_empty(),
+        "inline mode: no WorkloadEntries"
+    );
+    for empty in [url("DestinationRule"), url("VirtualService")] {
+        assert!(held[&empty].is_empty(), "{empty} is answered, empty");
     }
 }
 
@@ -241,4 +247,55 @@ async fn envoy_sees_only_clusters(xds: SocketAddr, also: &[&str]) {
         cds += 1;
     }
     assert!(cds >= 1, "CDS is answered, the collections are not");
+}
+
+// istiod's `xds://` source subscribes to every Pilot collection under its current GVKs (`v1`) and
+// counts the source synced only when each got a response (`docs/mcp.md`, "Which type URLs are
+// answered"): every one is answered, each response carries the URL asked with, the four served
+// kinds hold the registries' services, the rest are empty, and ACKs of the empty answers draw
+// nothing more. A client on `v1beta1` URLs gets the same objects under its URLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istiod_v1_subscriptions_get_every_collection_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let consul = FakeConsul::start().await;
+    consul.register(web("web-1", "10.3.0.1"));
+    let t = start(dir.path(), &write_config(dir.path(), &consul, MCP_ON)).await;
+
+    for mode in [Mode::Sotw, Mode::Delta] {
+        let mut c = McpClient::open_urls(t.xds, mode, "istiod-v1", &ISTIOD_COLLECTIONS).await;
+        c.until_all_answered(LIMIT).await;
+        let answered: Vec<&str> = c.held.keys().map(String::as_str).collect();
+        let mut asked = ISTIOD_COLLECTIONS.to_vec();
+        asked.sort_unstable();
+        assert_eq!(
+            answered, asked,
+            "{mode:?}: exactly the URLs asked, as asked"
+        );
+        check_service_entries_under(&c.held, "v1");
+        for url in &ISTIOD_COLLECTIONS[4..] {
+            assert!(c.held[*url].is_empty(), "{mode:?}: {url} is answered empty");
+        }
+        if mode == Mode::Sotw {
+            assert_eq!(c.versions["networking.istio.io/v1/Gateway"], "empty");
+            assert_ne!(c.versions["networking.istio.io/v1/ServiceEntry"], "");
+        }
+        assert_eq!(
+            c.next(QUIET).await,
+            None,
+            "{mode:?}: ACKs of the answers draw no more responses"
+        );
+    }
+
+    let beta: Vec<String> = [
+        "ServiceEntry",
+        "WorkloadEntry",
+        "DestinationRule",
+        "VirtualService",
+    ]
+    .map(|k| format!("networking.istio.io/v1beta1/{k}"))
+    .to_vec();
+    let beta: Vec<&str> = beta.iter().map(String::as_str).collect();
+    let mut c = McpClient::open_urls(t.xds, Mode::Sotw, "istiod-v1beta1", &beta).await;
+    c.until_all_answered(LIMIT).await;
+    check_service_entries_under(&c.held, "v1beta1");
 }

@@ -30,8 +30,32 @@ pub const SE: &str = "networking.istio.io/v1alpha3/ServiceEntry";
 /// The WorkloadEntry collection.
 pub const WE: &str = "networking.istio.io/v1alpha3/WorkloadEntry";
 
-/// Requests buffered before `send` waits.
-const REQUEST_BUFFER: usize = 16;
+/// Requests buffered before `send` waits (istiod opens with about twenty subscriptions).
+const REQUEST_BUFFER: usize = 32;
+
+/// The Pilot collections current istiod's `xds://` config source subscribes to
+/// (`ConfigInitialRequests`, `docs/mcp.md`): the four tributary serves under `v1`, then the ones
+/// it answers empty.
+pub const ISTIOD_COLLECTIONS: [&str; 18] = [
+    "networking.istio.io/v1/ServiceEntry",
+    "networking.istio.io/v1/WorkloadEntry",
+    "networking.istio.io/v1/DestinationRule",
+    "networking.istio.io/v1/VirtualService",
+    "networking.istio.io/v1/Gateway",
+    "networking.istio.io/v1/Sidecar",
+    "networking.istio.io/v1/EnvoyFilter",
+    "networking.istio.io/v1/WorkloadGroup",
+    "networking.istio.io/v1beta1/ProxyConfig",
+    "security.istio.io/v1/AuthorizationPolicy",
+    "security.istio.io/v1/PeerAuthentication",
+    "security.istio.io/v1/RequestAuthentication",
+    "telemetry.istio.io/v1/Telemetry",
+    "extensions.istio.io/v1alpha1/WasmPlugin",
+    "gateway.networking.k8s.io/v1/Gateway",
+    "gateway.networking.k8s.io/v1/HTTPRoute",
+    "gateway.networking.k8s.io/v1/GatewayClass",
+    "gateway.networking.x-k8s.io/v1alpha1/XBackendTrafficPolicy",
+];
 
 /// One held resource: its version and the decoded wrapper.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,13 +126,16 @@ macro_rules! wildcard {
 wildcard!(DiscoveryRequest);
 wildcard!(DeltaDiscoveryRequest);
 
-/// A request channel holding one wildcard request per collection, the node on the first, as
+/// A request channel holding one wildcard request per URL in `urls`, the node on the first, as
 /// istiod opens its stream.
-async fn subscribe_all<R: Wildcard>(node_id: &str) -> (mpsc::Sender<R>, mpsc::Receiver<R>) {
+async fn subscribe_all<R: Wildcard>(
+    node_id: &str,
+    urls: &[String],
+) -> (mpsc::Sender<R>, mpsc::Receiver<R>) {
     let (tx, rx) = mpsc::channel(REQUEST_BUFFER);
-    for (i, c) in COLLECTIONS.iter().enumerate() {
+    for (i, url) in urls.iter().enumerate() {
         let node = (i == 0).then(|| node(node_id));
-        let req = R::wildcard(c.type_url.to_string(), node);
+        let req = R::wildcard(url.clone(), node);
         tx.send(req).await.expect("buffer has room");
     }
     (tx, rx)
@@ -136,23 +163,37 @@ pub struct McpClient {
     pub held: Holdings,
     /// The last `version_info` per collection (SotW only).
     pub versions: BTreeMap<String, String>,
+    /// The type URLs it subscribed to.
+    urls: Vec<String>,
 }
 
 impl McpClient {
     /// Opens ADS to `addr` in `mode` and subscribes to every collection with no names.
     pub async fn open(addr: SocketAddr, mode: Mode, node_id: &str) -> McpClient {
+        let urls: Vec<&str> = COLLECTIONS.iter().map(|c| c.type_url).collect();
+        Self::open_urls(addr, mode, node_id, &urls).await
+    }
+
+    /// Opens ADS to `addr` in `mode` and subscribes to each of `urls` with no names.
+    pub async fn open_urls(
+        addr: SocketAddr,
+        mode: Mode,
+        node_id: &str,
+        urls: &[&str],
+    ) -> McpClient {
+        let urls: Vec<String> = urls.iter().map(|u| u.to_string()).collect();
         let ch = connect(addr)
             .await
             .expect("tributary accepts the connection");
         let mut client = AggregatedDiscoveryServiceClient::new(ch);
         let stream = match mode {
             Mode::Sotw => {
-                let (tx, rx) = subscribe_all::<DiscoveryRequest>(node_id).await;
+                let (tx, rx) = subscribe_all::<DiscoveryRequest>(node_id, &urls).await;
                 let rx = client.stream_aggregated_resources(ReceiverStream::new(rx));
                 Stream::Sotw(tx, rx.await.expect("ADS opens").into_inner())
             }
             Mode::Delta => {
-                let (tx, rx) = subscribe_all::<DeltaDiscoveryRequest>(node_id).await;
+                let (tx, rx) = subscribe_all::<DeltaDiscoveryRequest>(node_id, &urls).await;
                 let rx = client.delta_aggregated_resources(ReceiverStream::new(rx));
                 Stream::Delta(tx, rx.await.expect("delta ADS opens").into_inner())
             }
@@ -161,6 +202,7 @@ impl McpClient {
             stream,
             held: Holdings::new(),
             versions: BTreeMap::new(),
+            urls,
         }
     }
 
@@ -225,10 +267,11 @@ impl McpClient {
         }
     }
 
-    /// Reads until every collection has been answered at least once.
+    /// Reads until every subscribed URL has been answered at least once (istiod's `HasSynced`).
     pub async fn until_all_answered(&mut self, limit: Duration) {
+        let urls = self.urls.clone();
         self.until(limit, "answer for every collection", |held| {
-            COLLECTIONS.iter().all(|c| held.contains_key(c.type_url))
+            urls.iter().all(|u| held.contains_key(u))
         })
         .await;
     }
