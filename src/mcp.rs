@@ -1,8 +1,8 @@
 //! Serve: tributary as an MCP config source for istiod (`docs/mcp.md`, "Serve").
 //!
 //! istiod with `configSources: [{address: xds://tributary:15010}]` subscribes over ADS to Istio
-//! config collections (`networking.istio.io/v1alpha3/ServiceEntry`, ...). This module turns each
-//! merged service into the resources of those collections: one `ServiceEntry` per hostname with
+//! config collections (`networking.istio.io/v1/ServiceEntry`, ...; which URLs: `type_urls`).
+//! This module turns each merged service into the resources of those collections: one `ServiceEntry` per hostname with
 //! its endpoints inline (or, with `mcp.endpoints: workload_entries`, one `WorkloadEntry` per
 //! endpoint selected by a label), each wrapped in an `istio.mcp.v1alpha1.Resource`. The snapshot
 //! builder calls [`resources_for`] for exactly the hostnames a push touched, and the resources are

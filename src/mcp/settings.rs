@@ -20,8 +20,9 @@ pub enum EndpointMode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpSettings {
-    /// Serve `networking.istio.io/v1alpha3/{ServiceEntry,WorkloadEntry,DestinationRule,
-    /// VirtualService}` on the xDS ports, for an istiod whose `configSources` name tributary.
+    /// Serve `networking.istio.io/{v1,v1beta1,v1alpha3}/{ServiceEntry,WorkloadEntry,
+    /// DestinationRule,VirtualService}` on the xDS ports (and answer istiod's other collections
+    /// empty, `type_urls`), for an istiod whose `configSources` name tributary.
     /// Off by default: then those collections are unknown types, ignored as before.
     pub enabled: bool,
     /// Endpoints inline in the ServiceEntry (`inline`, the default) or as WorkloadEntries

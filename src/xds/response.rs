@@ -40,8 +40,8 @@ pub(crate) fn frame(
     frame_fields(ty, &fields, entries, names)
 }
 
-/// Frames a `DeltaDiscoveryResponse` of `ty` (as `type_url`): `system_version_info` (1, debug only), `type_url`
-/// (4), `nonce` (5) and `removed_resources` (6), then `entries` (shared [`EncodedResource::delta_entry`]
+/// Frames a `DeltaDiscoveryResponse` of `ty`: `system_version_info` (1, debug only), `type_url`
+/// (4, the URL the client asked with), `nonce` (5) and `removed_resources` (6), then `entries` (shared [`EncodedResource::delta_entry`]
 /// chunks). `resource_errors`, `control_plane` and `removed_resource_names` are never set (DELTA-18).
 pub(crate) fn frame_delta(
     ty: ResourceType,
@@ -87,8 +87,8 @@ fn frame_fields(
 }
 
 /// An empty response for a collection tributary does not serve (`crate::mcp::type_urls`):
-/// `version_info` (SotW) or `system_version_info` (delta) — both field 1 — `type_url` and `nonce`,
-/// no resources. The same bytes are a valid `DiscoveryResponse` and `DeltaDiscoveryResponse`.
+/// `version_info` (SotW) or `system_version_info` (delta), both field 1, then `type_url` and
+/// `nonce`; no resources. The same bytes are a valid `DiscoveryResponse` and `DeltaDiscoveryResponse`.
 /// Not tied to a served type, so never recalled.
 pub(crate) fn frame_empty(type_url: &str, version: &str, nonce: &str) -> Framed {
     let fields = [(1, version), (4, type_url), (5, nonce)];
