@@ -75,7 +75,11 @@ pub fn route_config_with_rules(
         virtual_hosts,
         ..Default::default()
     };
-    Some(EncodedResource::encode(ResourceType::Route, &name, &config))
+    Some(EncodedResource::encode(
+        ResourceType::Route,
+        &name,
+        &canonical::encode(config),
+    ))
 }
 
 /// How strongly a service claims a name.
@@ -214,6 +218,8 @@ fn virtual_host(port: u16, m: &Member<'_>, names: Vec<String>) -> VirtualHost {
         ..Default::default()
     }
 }
+
+mod canonical;
 
 #[cfg(test)]
 mod tests;

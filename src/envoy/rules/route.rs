@@ -448,27 +448,15 @@ fn action(
         }
     }
     r.action = Some(route::Action::Route(a));
-    // One key per map at most: prost writes a HashMap in iteration order, which is stable only
-    // with a single key, and the bytes must be (versions are content hashes).
-    match (&http.fault, &http.cors_policy) {
-        (Some(fault), cors) => {
-            r.typed_per_filter_config
-                .insert(FAULT_FILTER.to_string(), any(&http_fault(fault)));
-            if cors.is_some() {
-                issues.push(ConfigIssue {
-                    object: object.to_string(),
-                    field: format!("{field}.corsPolicy"),
-                    message: "corsPolicy on a route that also injects faults is not applied; \
-                              move the fault to its own route"
-                        .to_string(),
-                });
-            }
-        }
-        (None, Some(cors)) => {
-            r.typed_per_filter_config
-                .insert(CORS_FILTER.to_string(), any(&cors_policy(cors)));
-        }
-        (None, None) => {}
+    // Two keys make the map's order vary; the route configuration is encoded in key order
+    // (`envoy::route::canonical`), so the bytes (and the version) stay the same.
+    if let Some(fault) = &http.fault {
+        r.typed_per_filter_config
+            .insert(FAULT_FILTER.to_string(), any(&http_fault(fault)));
+    }
+    if let Some(cors) = &http.cors_policy {
+        r.typed_per_filter_config
+            .insert(CORS_FILTER.to_string(), any(&cors_policy(cors)));
     }
 }
 

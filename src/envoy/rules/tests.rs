@@ -11,6 +11,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_end
 use envoy_types::pb::envoy::config::route::v3::{
     Route, route, route_action, route_action::hash_policy, route_match,
 };
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{HttpFault, fault_abort};
 use prost::Message;
 use tributary_registries::rules::{DestinationRule, Rule, RuleMeta, RuleSet, VirtualService};
@@ -431,6 +432,7 @@ http:
     withoutHeaders: {x-internal: {}}
   rewrite: {uri: /v2/api, authority: internal}
   fault: {abort: {httpStatus: 503, percentage: {value: 50}}}
+  corsPolicy: {allowOrigins: [{exact: "https://a.test"}], allowMethods: [GET]}
   mirror: {host: reviews, subset: v2}
   mirrorPercentage: {value: 12.5}
   headers: {request: {set: {x-a: "1"}, remove: [x-b]}, response: {add: {x-c: "2"}}}
@@ -478,6 +480,10 @@ http:
         Some(fault_abort::ErrorType::HttpStatus(503))
     );
     assert_eq!(abort.percentage.map(|p| p.numerator), Some(500_000));
+    // CORS and fault on one route: both applied (the map is encoded in key order).
+    let cors = CorsPolicy::decode(r[0].typed_per_filter_config[CORS_FILTER].value.as_slice())
+        .expect("cors config");
+    assert_eq!(cors.allow_methods, "GET");
     assert_eq!(r[0].request_headers_to_add.len(), 1);
     assert_eq!(r[0].request_headers_to_remove, ["x-b"]);
     assert_eq!(r[0].response_headers_to_add.len(), 1);
