@@ -274,7 +274,12 @@ async fn start_inner(
         cancellable(
             faults.wrap(
                 "builder",
-                run_builder(push_rx, rules_rx, store.clone(), MeshBuilder::new(options)),
+                run_builder(
+                    push_rx,
+                    rules_rx,
+                    store.clone(),
+                    MeshBuilder::new(options).with_traffic_options(config.traffic.options()),
+                ),
             ),
             shutdown.clone(),
         )

@@ -19,7 +19,7 @@ mod version;
 
 pub use builder::{BuildInput, SnapshotBuilder};
 pub use history::{ChangeSet, Changes, HISTORY_LEN};
-pub use listeners::{ListenerInputs, PortIndex};
+pub use listeners::{L4Index, ListenerInputs, PortIndex};
 pub use mesh::{MeshBuilder, run_builder};
 pub use store::SnapshotStore;
 pub use version::TypeVersion;

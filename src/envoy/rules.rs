@@ -8,7 +8,9 @@
 //! - `cluster`: the service's clusters with the policy applied, plus one subset cluster
 //!   `outbound|<port>|<subset>|<host>` per subset, whose EDS holds only the endpoints whose labels
 //!   match;
-//! - `route`: a VirtualService's HTTP routes → the routes of the service's virtual host.
+//! - `route`: a VirtualService's HTTP routes → the routes of the service's virtual host;
+//! - `tcp`: its `tcp` and `tls` routes (and the DestinationRule's TCP idle timeout) → the TCP
+//!   proxies of a TCP port's listener.
 //!
 //! Like the rest of `envoy`, pure functions: the snapshot builder decides what to regenerate.
 
@@ -16,6 +18,7 @@ mod cluster;
 mod index;
 mod policy;
 mod route;
+mod tcp;
 
 #[cfg(test)]
 mod tests;
@@ -24,6 +27,7 @@ pub use cluster::{clusters_with_rule, load_assignments_with_rule};
 pub use index::RuleIndex;
 pub(crate) use route::{CORS_FILTER, FAULT_FILTER};
 pub use route::{DEFAULT_RETRY_ON, RouteContext, TrafficOptions, virtual_service_routes};
+pub use tcp::{L4Routes, l4_routes, l4_routes_for_port};
 
 use envoy_types::pb::envoy::config::route::v3::Route;
 use tributary_registries::ServicePort;

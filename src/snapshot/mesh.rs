@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use tributary_registries::rules::{Rule, RuleSet};
 use tributary_registries::{Hostname, ServicePort};
 
-use super::listeners::{ListenerInputs, PortIndex};
+use super::listeners::{L4Index, ListenerInputs, PortIndex};
 use super::{BuildInput, Snapshot, SnapshotBuilder, SnapshotStore};
 use crate::aggregate::{MergedService, PushRequest};
 use crate::envoy::rules::{self, RouteContext, RuleIndex, TrafficOptions};
@@ -52,6 +52,8 @@ pub struct MeshBuilder {
     /// The traffic rules in force, indexed by host.
     rules: RuleIndex,
     traffic: TrafficOptions,
+    /// The L4 routes of the TCP ports that have some (kept for listeners of other bind addresses).
+    l4: L4Index,
 }
 
 impl MeshBuilder {
@@ -66,6 +68,7 @@ impl MeshBuilder {
             issues: BTreeMap::new(),
             rules: RuleIndex::default(),
             traffic: TrafficOptions::default(),
+            l4: L4Index::new(),
         }
     }
 
@@ -190,19 +193,21 @@ impl MeshBuilder {
                 .unwrap_or_default();
             let mut issues = Vec::new();
             let mut resources = Vec::new();
+            let ctx = RouteContext {
+                port,
+                services: &self.services,
+                rules: &self.rules,
+                options: &self.traffic,
+            };
+            let l4 = rules::l4_routes_for_port(port, &services, &ctx, &mut issues).map(Arc::new);
             if !services.is_empty() {
-                resources.extend(envoy::listener_for_port(
+                resources.extend(envoy::listener_with_l4(
                     port,
                     &services,
                     DEFAULT_BIND,
+                    l4.as_deref(),
                     &mut issues,
                 ));
-                let ctx = RouteContext {
-                    port,
-                    services: &self.services,
-                    rules: &self.rules,
-                    options: &self.traffic,
-                };
                 let rule_issues = RefCell::new(Vec::new());
                 let source = |svc: &MergedService, p: &ServicePort| {
                     rules::routes_for(svc, p, &ctx, &mut rule_issues.borrow_mut())
@@ -215,6 +220,10 @@ impl MeshBuilder {
                 ));
                 issues.extend(rule_issues.into_inner());
             }
+            match l4 {
+                Some(l4) => self.l4.insert(port, l4),
+                None => self.l4.remove(&port),
+            };
             self.replace(Owner::Port(port), resources, &mut input);
             issues_changed |= self.set_issues(Owner::Port(port), issues);
         }
@@ -228,6 +237,7 @@ impl MeshBuilder {
         // the first endpoint change (MEM-1). The index is persistent, so this copy is O(1).
         input.listener_inputs = Some(Arc::new(ListenerInputs {
             by_port: self.ports.clone(),
+            l4: self.l4.clone(),
         }));
         self.snapshots.build(input)
     }

@@ -45,7 +45,9 @@ pub(super) fn encode(mut config: RouteConfiguration) -> Encoded {
 }
 
 fn needs_sorting(vh: &VirtualHost) -> bool {
-    vh.routes.iter().any(|r| r.typed_per_filter_config.len() > 1)
+    vh.routes
+        .iter()
+        .any(|r| r.typed_per_filter_config.len() > 1)
 }
 
 fn virtual_host(mut vh: VirtualHost) -> Vec<u8> {
@@ -63,8 +65,8 @@ fn route(mut r: Route) -> Vec<u8> {
         .collect();
     let mut buf = r.encode_to_vec();
     for (name, config) in &configs {
-        let len =
-            string::encoded_len(ENTRY_KEY_TAG, name) + message::encoded_len(ENTRY_VALUE_TAG, config);
+        let len = string::encoded_len(ENTRY_KEY_TAG, name)
+            + message::encoded_len(ENTRY_VALUE_TAG, config);
         encode_key(PER_FILTER_CONFIG_TAG, WireType::LengthDelimited, &mut buf);
         encode_varint(len as u64, &mut buf);
         string::encode(ENTRY_KEY_TAG, name, &mut buf);
@@ -165,7 +167,11 @@ mod tests {
             assert_eq!(encode(config_with(fresh)).0, a);
         }
         let decoded = RouteConfiguration::decode(a.as_slice()).unwrap();
-        assert_eq!(decoded, config_with(forward), "same message, fields reordered");
+        assert_eq!(
+            decoded,
+            config_with(forward),
+            "same message, fields reordered"
+        );
     }
 
     #[test]

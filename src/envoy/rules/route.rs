@@ -320,7 +320,7 @@ fn action(
         .iter()
         .enumerate()
         .filter_map(|(i, d)| {
-            let (cluster, host) = match destination_cluster(&d.destination, namespace, ctx) {
+            let (cluster, host, _) = match destination_cluster(&d.destination, namespace, ctx) {
                 Ok(c) => c,
                 Err(message) => {
                     issues.push(ConfigIssue {
@@ -432,7 +432,7 @@ fn action(
     };
     for (i, (dest, percent)) in mirrors.into_iter().enumerate() {
         match destination_cluster(dest, namespace, ctx) {
-            Ok((cluster, _)) => a.request_mirror_policies.push(RequestMirrorPolicy {
+            Ok((cluster, ..)) => a.request_mirror_policies.push(RequestMirrorPolicy {
                 cluster,
                 runtime_fraction: Some(RuntimeFractionalPercent {
                     default_value: Some(fraction(percent.map_or(100.0, |p| p.value))),
@@ -460,12 +460,12 @@ fn action(
     }
 }
 
-/// The cluster a destination names, and its hostname.
-fn destination_cluster(
+/// The cluster a destination names, its hostname and port.
+pub(super) fn destination_cluster(
     d: &Destination,
     namespace: &str,
     ctx: &RouteContext<'_>,
-) -> Result<(String, Hostname), String> {
+) -> Result<(String, Hostname, u16), String> {
     let full = resolve_host(&d.host, namespace);
     let host = Hostname::new(&full).map_err(|e| format!("destination host {}: {e}", d.host))?;
     let port = match d.port {
@@ -479,7 +479,7 @@ fn destination_cluster(
         Some(subset) => subset_cluster_name(port, subset, &host),
         None => cluster_name(port, &host),
     };
-    Ok((cluster, host))
+    Ok((cluster, host, port))
 }
 
 /// Whether `host`'s DestinationRule defines `subset`.

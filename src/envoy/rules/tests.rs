@@ -544,3 +544,6 @@ http:
     );
     assert!(issues.is_empty(), "{issues:?}");
 }
+
+mod merge;
+mod tcp;
