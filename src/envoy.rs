@@ -31,7 +31,7 @@ pub use rest_source::{
     REST_REFRESH_DELAY, REST_XDS_CLUSTER, RestSourceError, for_rest, rest_config_source,
 };
 pub use route::route_config_for_port;
-pub use route::{RouteSource, route_config_with_rules};
+pub use route::{RouteSource, route_config_with_extra, route_config_with_rules};
 
 use std::fmt;
 use std::time::Duration;

@@ -9,12 +9,14 @@
 //!   `outbound|<port>|<subset>|<host>` per subset, whose EDS holds only the endpoints whose labels
 //!   match;
 //! - `route`: a VirtualService's HTTP routes → the routes of the service's virtual host;
+//! - `external`: a virtual host of its own for a VirtualService host no registry knows;
 //! - `tcp`: its `tcp` and `tls` routes (and the DestinationRule's TCP idle timeout) → the TCP
 //!   proxies of a TCP port's listener.
 //!
 //! Like the rest of `envoy`, pure functions: the snapshot builder decides what to regenerate.
 
 mod cluster;
+mod external;
 mod index;
 mod policy;
 mod route;
@@ -24,6 +26,7 @@ mod tcp;
 mod tests;
 
 pub use cluster::{clusters_with_rule, load_assignments_with_rule};
+pub use external::{external_ports, external_virtual_hosts};
 pub use index::RuleIndex;
 pub(crate) use route::{CORS_FILTER, FAULT_FILTER};
 pub use route::{DEFAULT_RETRY_ON, RouteContext, TrafficOptions, virtual_service_routes};

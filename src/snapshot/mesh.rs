@@ -92,11 +92,20 @@ impl MeshBuilder {
         let mut dirty_ports = BTreeSet::new();
         let mut issues_changed = false;
         for (host, new) in hosts {
+            // A name a VirtualService routes as external becomes (or stops being) a service: the
+            // ports its external virtual host is on, before and after, change.
+            let presence_changes = self.services.contains_key(&host) != new.is_some();
+            if presence_changes {
+                dirty_ports.extend(self.external_ports(&self.rules, host.as_str()));
+            }
             let old = match &new {
                 Some(n) => self.services.insert(host.clone(), Arc::clone(n)),
                 None => self.services.remove(&host),
             };
             self.index_ports(&host, old.as_deref(), new.as_ref(), &mut dirty_ports);
+            if presence_changes {
+                dirty_ports.extend(self.external_ports(&self.rules, host.as_str()));
+            }
             issues_changed |= self.regenerate_host(&host, new.as_ref(), &mut input);
             input.services.push((host, new));
         }
@@ -132,6 +141,22 @@ impl MeshBuilder {
                 dirty_ports.extend(ports);
             }
         }
+        // VirtualServices for names no registry knows: the ports they route on, before and after.
+        let names: BTreeSet<&str> = old
+            .virtual_service_names()
+            .chain(self.rules.virtual_service_names())
+            .map(|(n, _)| n)
+            .collect();
+        for name in names {
+            let (was, is) = (
+                old.virtual_service_exact(name),
+                self.rules.virtual_service_exact(name),
+            );
+            if !same(was, is) || any_dr_changed {
+                dirty_ports.extend(self.external_ports(&old, name));
+                dirty_ports.extend(self.external_ports(&self.rules, name));
+            }
+        }
         if any_dr_changed {
             for (host, svc) in &self.services {
                 if self.rules.virtual_service(host).is_some() {
@@ -150,6 +175,18 @@ impl MeshBuilder {
             issues_changed |= self.regenerate_host(&host, Some(&svc), &mut input);
         }
         self.finish(input, dirty_ports, issues_changed)
+    }
+
+    /// The ports of the external virtual hosts of `name` under `rules` (see
+    /// [`rules::external_ports`]).
+    fn external_ports(&self, rules: &RuleIndex, name: &str) -> BTreeSet<u16> {
+        let ctx = RouteContext {
+            port: 0,
+            services: &self.services,
+            rules,
+            options: &self.traffic,
+        };
+        rules::external_ports(&ctx, name)
     }
 
     /// Regenerates the clusters, load assignments and API listeners of `host`; whether its issues
@@ -212,10 +249,12 @@ impl MeshBuilder {
                 let source = |svc: &MergedService, p: &ServicePort| {
                     rules::routes_for(svc, p, &ctx, &mut rule_issues.borrow_mut())
                 };
-                resources.extend(envoy::route_config_with_rules(
+                let extra = rules::external_virtual_hosts(&ctx, &mut rule_issues.borrow_mut());
+                resources.extend(envoy::route_config_with_extra(
                     port,
                     &services,
                     &source,
+                    extra,
                     &mut issues,
                 ));
                 issues.extend(rule_issues.into_inner());

@@ -52,6 +52,11 @@ impl RuleIndex {
         self.virtual_services.lookup(host.as_str())
     }
 
+    /// The VirtualService naming exactly `name` (not through a wildcard), if any.
+    pub fn virtual_service_exact(&self, name: &str) -> Option<&Arc<Rule<VirtualService>>> {
+        self.virtual_services.exact.get(name)
+    }
+
     /// Every VirtualService host that is an exact name (not a wildcard), with its rule: the hosts
     /// that may need a virtual host of their own when no registry knows them.
     pub fn virtual_service_names(
