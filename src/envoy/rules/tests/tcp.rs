@@ -68,7 +68,10 @@ fn proxies(l: &Listener) -> Vec<(Vec<String>, TcpProxy)> {
         .collect()
 }
 
-fn weights(p: &TcpProxy) -> Vec<(String, u32)> {
+/// A proxy's clusters and weights (0 for a single cluster).
+type Weights = Vec<(String, u32)>;
+
+fn weights(p: &TcpProxy) -> Weights {
     match &p.cluster_specifier {
         Some(tcp_proxy::ClusterSpecifier::WeightedClusters(w)) => w
             .clusters
@@ -138,7 +141,7 @@ tls:
     );
     assert!(l.continue_on_listener_filters_timeout);
     let p = proxies(&l);
-    let chains: Vec<(Vec<String>, Vec<(String, u32)>)> =
+    let chains: Vec<(Vec<String>, Weights)> =
         p.iter().map(|(n, p)| (n.clone(), weights(p))).collect();
     assert_eq!(
         chains,
