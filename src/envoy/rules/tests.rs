@@ -304,26 +304,39 @@ fn host_matching_prefers_exact_then_the_most_specific_wildcard() {
     assert_eq!(name("example.com"), None);
 }
 
-fn routes(
-    rule: &Arc<Rule<VirtualService>>,
-    drs: Vec<Arc<Rule<DestinationRule>>>,
-) -> (Vec<Route>, Vec<ConfigIssue>) {
-    let svc = Arc::new(reviews());
+/// Runs `f` in the context of port `port` of a mesh of `svc` alone, under `rules`.
+fn in_context<R>(
+    svc: MergedService,
+    rules: RuleSet,
+    port: u16,
+    f: impl FnOnce(&RouteContext<'_>, &MergedService) -> R,
+) -> R {
+    let svc = Arc::new(svc);
     let services = HashMap::from([(svc.service.hostname.clone(), Arc::clone(&svc))]);
-    let index = RuleIndex::new(&RuleSet {
-        destination_rules: drs,
-        virtual_services: vec![Arc::clone(rule)],
-    });
+    let index = RuleIndex::new(&rules);
     let options = TrafficOptions::default();
     let ctx = RouteContext {
-        port: 9080,
+        port,
         services: &services,
         rules: &index,
         options: &options,
     };
-    let mut issues = Vec::new();
-    let r = virtual_service_routes(rule, &ctx, &mut issues);
-    (r, issues)
+    f(&ctx, &svc)
+}
+
+fn routes(
+    rule: &Arc<Rule<VirtualService>>,
+    drs: Vec<Arc<Rule<DestinationRule>>>,
+) -> (Vec<Route>, Vec<ConfigIssue>) {
+    let rules = RuleSet {
+        destination_rules: drs,
+        virtual_services: vec![Arc::clone(rule)],
+    };
+    in_context(reviews(), rules, 9080, |ctx, _| {
+        let mut issues = Vec::new();
+        let r = virtual_service_routes(rule, ctx, &mut issues);
+        (r, issues)
+    })
 }
 
 fn action(r: &Route) -> &envoy_types::pb::envoy::config::route::v3::RouteAction {

@@ -63,6 +63,19 @@ fn touched(s: &Snapshot, ty: ResourceType) -> Vec<String> {
         .collect()
 }
 
+/// A builder that has built `a` (port 80) and `b` (port 81).
+fn a_on_80_and_b_on_81() -> MeshBuilder {
+    let mut m = MeshBuilder::new(GenerateOptions::default());
+    m.apply(
+        vec![
+            svc("a.default.svc.cluster.local", 80),
+            svc("b.default.svc.cluster.local", 81),
+        ],
+        Instant::now(),
+    );
+    m
+}
+
 const DR: &str =
     "host: a\nsubsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]\n";
 const VS: &str = "hosts: [a]\nhttp:\n- route: [{destination: {host: a, subset: v1}, weight: 90}, {destination: {host: a, subset: v2}, weight: 10}]\n";
@@ -85,14 +98,7 @@ fn rules_before_the_first_push_wait_for_it() {
 
 #[test]
 fn a_destination_rule_change_regenerates_only_its_host() {
-    let mut m = MeshBuilder::new(GenerateOptions::default());
-    m.apply(
-        vec![
-            svc("a.default.svc.cluster.local", 80),
-            svc("b.default.svc.cluster.local", 81),
-        ],
-        Instant::now(),
-    );
+    let mut m = a_on_80_and_b_on_81();
     let s = m
         .set_rules(set(Some(DR), None), Instant::now())
         .expect("subsets added");
@@ -121,14 +127,7 @@ fn a_destination_rule_change_regenerates_only_its_host() {
 
 #[test]
 fn a_virtual_service_change_regenerates_only_its_port_routes() {
-    let mut m = MeshBuilder::new(GenerateOptions::default());
-    m.apply(
-        vec![
-            svc("a.default.svc.cluster.local", 80),
-            svc("b.default.svc.cluster.local", 81),
-        ],
-        Instant::now(),
-    );
+    let mut m = a_on_80_and_b_on_81();
     m.set_rules(set(Some(DR), None), Instant::now());
     let s = m
         .set_rules(set(Some(DR), Some(VS)), Instant::now())
@@ -171,14 +170,7 @@ const EXTERNAL_VS: &str = "hosts: [api.example.com]\nhttp:\n- route: [{destinati
 
 #[test]
 fn a_virtual_service_for_an_unknown_name_gets_its_own_virtual_host() {
-    let mut m = MeshBuilder::new(GenerateOptions::default());
-    m.apply(
-        vec![
-            svc("a.default.svc.cluster.local", 80),
-            svc("b.default.svc.cluster.local", 81),
-        ],
-        Instant::now(),
-    );
+    let mut m = a_on_80_and_b_on_81();
     let s = m
         .set_rules(set(None, Some(EXTERNAL_VS)), Instant::now())
         .expect("a virtual host added");

@@ -2,7 +2,7 @@
 //! a real Envoy (docs/traffic-rules.md).
 
 use super::envoy_harness::{loopback, no_rejections};
-use super::scenario::{HOST, Mesh, TCP_HOST, destination_rule, settle_at, tally_at};
+use super::scenario::{HOST, Mesh, TCP_HOST, destination_rule, rule_doc, settle_at, tally_at};
 
 /// Connections per settled answer: enough that a 100/0 split cannot pass by chance.
 const SETTLE: usize = 20;
@@ -12,45 +12,45 @@ const SETTLE: usize = 20;
 pub fn tcp_rules(w1: u32) -> Vec<String> {
     let w2 = 100 - w1;
     vec![
-        format!(
-            "apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {{name: db, namespace: default}}
-spec:
-  host: {TCP_HOST}
+        rule_doc(
+            "DestinationRule",
+            "db",
+            &format!(
+                "  host: {TCP_HOST}
   trafficPolicy: {{connectionPool: {{tcp: {{idleTimeout: 30s}}}}}}
   subsets:
   - {{name: v1, labels: {{version: v1}}}}
   - {{name: v2, labels: {{version: v2}}}}
 "
+            ),
         ),
-        format!(
-            "apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: db, namespace: default}}
-spec:
-  hosts: [{TCP_HOST}]
+        rule_doc(
+            "VirtualService",
+            "db",
+            &format!(
+                "  hosts: [{TCP_HOST}]
   tcp:
   - route:
     - {{destination: {{host: {TCP_HOST}, subset: v1}}, weight: {w1}}}
     - {{destination: {{host: {TCP_HOST}, subset: v2}}, weight: {w2}}}
 "
+            ),
         ),
     ]
 }
 
 /// A VirtualService for `api.partner.test`, a name no registry knows, sending it to v2.
 pub fn external_name() -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: partner, namespace: default}}
-spec:
-  hosts: [api.partner.test]
+    rule_doc(
+        "VirtualService",
+        "partner",
+        &format!(
+            "  hosts: [api.partner.test]
   http:
   - route:
     - destination: {{host: {HOST}, subset: v2}}
 "
+        ),
     )
 }
 

@@ -59,34 +59,42 @@ pub struct Mesh {
     pub envoy: Envoy,
 }
 
+/// A rule document of `kind` named `name` in namespace `default`, with `spec` (YAML indented for
+/// it).
+pub fn rule_doc(kind: &str, name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1
+kind: {kind}
+metadata: {{name: {name}, namespace: default}}
+spec:
+{spec}"
+    )
+}
+
 /// The destination rule with subsets v1 and v2 by `version` label, plus `policy` (YAML of a
 /// `trafficPolicy`, indented for it, or empty).
 pub fn destination_rule(policy: &str) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {{name: reviews, namespace: default}}
-spec:
-  host: {HOST}
+    rule_doc(
+        "DestinationRule",
+        "reviews",
+        &format!(
+            "  host: {HOST}
 {policy}  subsets:
   - name: v1
     labels: {{version: v1}}
   - name: v2
     labels: {{version: v2}}
 "
+        ),
     )
 }
 
 /// A virtual service for the host with `http` (YAML of the `http:` list items, indented for it).
 pub fn virtual_service(http: &str) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: reviews, namespace: default}}
-spec:
-  hosts: [{HOST}]
-  http:
-{http}"
+    rule_doc(
+        "VirtualService",
+        "reviews",
+        &format!("  hosts: [{HOST}]\n  http:\n{http}"),
     )
 }
 

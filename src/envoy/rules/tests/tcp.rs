@@ -31,24 +31,17 @@ fn listener(
     rule: Option<Arc<Rule<VirtualService>>>,
     drs: Vec<Arc<Rule<DestinationRule>>>,
 ) -> (Listener, Vec<ConfigIssue>) {
-    let svc = Arc::new(db());
-    let services = HashMap::from([(svc.service.hostname.clone(), Arc::clone(&svc))]);
-    let index = RuleIndex::new(&RuleSet {
+    let rules = RuleSet {
         destination_rules: drs,
         virtual_services: rule.into_iter().collect(),
-    });
-    let options = TrafficOptions::default();
-    let ctx = RouteContext {
-        port: 5432,
-        services: &services,
-        rules: &index,
-        options: &options,
     };
-    let mut issues = Vec::new();
-    let l4 = l4_routes_for_port(5432, &[&svc], &ctx, &mut issues);
-    let ip = "0.0.0.0".parse().unwrap();
-    let r = listener_with_l4(5432, &[&svc], ip, l4.as_ref(), &mut issues).expect("a listener");
-    (decode(&r), issues)
+    in_context(db(), rules, 5432, |ctx, svc| {
+        let mut issues = Vec::new();
+        let l4 = l4_routes_for_port(5432, &[svc], ctx, &mut issues);
+        let ip = "0.0.0.0".parse().unwrap();
+        let r = listener_with_l4(5432, &[svc], ip, l4.as_ref(), &mut issues).expect("a listener");
+        (decode(&r), issues)
+    })
 }
 
 fn proxies(l: &Listener) -> Vec<(Vec<String>, TcpProxy)> {
