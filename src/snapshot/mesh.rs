@@ -115,7 +115,9 @@ impl MeshBuilder {
     /// Replaces the traffic rules; regenerates what the rules that changed touch: the clusters
     /// and load assignments of the hosts whose DestinationRule changed, the routes of the ports
     /// of hosts whose VirtualService changed (and, when a DestinationRule changed, of every port
-    /// with a VirtualService, whose routes may hash by it). `None` when nothing came out
+    /// with a VirtualService, whose routes may hash by it), and the ports a VirtualService for a
+    /// name no registry knows routes on. A port's listener is regenerated with its routes (TCP
+    /// routes and idle timeouts live there). `None` when nothing came out
     /// different, or when nothing has been built yet (the first push carries the rules).
     pub fn set_rules(
         &mut self,
