@@ -17,6 +17,7 @@ use tributary_registries::mock::MockConfig;
 
 use crate::aggregate::DebounceSettings;
 use crate::control_api::ControlApiConfig;
+use crate::mcp::McpSettings;
 use crate::tls::TlsConfig;
 
 mod admin;
@@ -105,6 +106,9 @@ pub struct Config {
     pub control_api: Option<ControlApiConfig>,
     /// What traffic rules generate that they do not say themselves (the default retry policy).
     pub traffic: TrafficSettings,
+    /// Serve every registry's services to istiod as MCP collections (ServiceEntry,
+    /// WorkloadEntry) on the xDS ports (`docs/mcp.md`, "Serve"). Off by default.
+    pub mcp: McpSettings,
 }
 
 impl Default for Config {
@@ -126,6 +130,7 @@ impl Default for Config {
             from_file: false,
             control_api: None,
             traffic: TrafficSettings::default(),
+            mcp: McpSettings::default(),
         }
     }
 }
@@ -259,8 +264,12 @@ impl Config {
         config_source::registry_configs(&self.config_sources)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         self.traffic.validate().map_err(ConfigError::Invalid)?;
+        let all = self.all_registries();
+        self.mcp
+            .validate(all.iter().map(RegistryConfig::name))
+            .map_err(ConfigError::Invalid)?;
         let mut names = std::collections::BTreeSet::new();
-        for r in &self.all_registries() {
+        for r in &all {
             r.validate()
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             let name = r.name();

@@ -26,6 +26,7 @@ use super::{BuildInput, Snapshot, SnapshotBuilder, SnapshotStore};
 use crate::aggregate::{MergedService, PushRequest};
 use crate::envoy::rules::{self, RouteContext, RuleIndex, TrafficOptions};
 use crate::envoy::{self, ConfigIssue, EncodedResource, GenerateOptions, ResourceType};
+use crate::mcp::{self, McpSettings};
 
 /// The default listener bind address; other addresses are per-node variants.
 const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
@@ -33,7 +34,7 @@ const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 /// What generated a resource or an issue.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Owner {
-    /// Clusters and load assignments of one service.
+    /// Clusters and load assignments of one service, and its MCP resources.
     Host(Hostname),
     /// The listener and route configuration of one port.
     Port(u16),
@@ -54,6 +55,8 @@ pub struct MeshBuilder {
     traffic: TrafficOptions,
     /// The L4 routes of the TCP ports that have some (kept for listeners of other bind addresses).
     l4: L4Index,
+    /// The MCP collections to build for istiod; `None` when not served.
+    mcp: Option<McpSettings>,
 }
 
 impl MeshBuilder {
@@ -69,7 +72,15 @@ impl MeshBuilder {
             rules: RuleIndex::default(),
             traffic: TrafficOptions::default(),
             l4: L4Index::new(),
+            mcp: None,
         }
+    }
+
+    /// Also builds each service's MCP resources (ServiceEntry, WorkloadEntries) for istiod, when
+    /// `settings.enabled`.
+    pub fn with_mcp(mut self, settings: McpSettings) -> Self {
+        self.mcp = settings.enabled.then_some(settings);
+        self
     }
 
     /// Sets what rules generate that they do not say themselves (istiod's default retries).
@@ -191,8 +202,8 @@ impl MeshBuilder {
         rules::external_ports(&ctx, name)
     }
 
-    /// Regenerates the clusters, load assignments and API listeners of `host`; whether its issues
-    /// changed.
+    /// Regenerates the clusters, load assignments, MCP resources and API listeners of `host`;
+    /// whether its issues changed.
     fn regenerate_host(
         &mut self,
         host: &Hostname,
@@ -210,6 +221,9 @@ impl MeshBuilder {
                 &self.options,
                 &mut issues,
             ));
+            if let Some(settings) = &self.mcp {
+                resources.extend(mcp::resources_for(svc, settings));
+            }
         }
         self.replace(Owner::Host(host.clone()), resources, input);
         let api = svc.map(|s| envoy::api_listeners_for(s));
