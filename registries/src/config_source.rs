@@ -80,7 +80,9 @@ pub enum SourceError {
         address: String,
     },
     /// An `xds://` setting on another kind of source.
-    #[error("config source {address:?}: `protocol`, `node_id` and `tls` apply to xds:// sources only")]
+    #[error(
+        "config source {address:?}: `protocol`, `node_id` and `tls` apply to xds:// sources only"
+    )]
     XdsSettingElsewhere {
         /// The address.
         address: String,
@@ -259,7 +261,10 @@ mod tests {
         let c = xds.registry_config().unwrap();
         let x = c.xds.clone().unwrap();
         assert_eq!(x.address, "istiod.istio-system:15010");
-        assert_eq!((x.protocol, x.node_id.as_str()), (XdsProtocol::Sotw, DEFAULT_NODE_ID));
+        assert_eq!(
+            (x.protocol, x.node_id.as_str()),
+            (XdsProtocol::Sotw, DEFAULT_NODE_ID)
+        );
         assert!(c.directory.is_none() && c.kubernetes.is_none());
         c.validate().unwrap();
         let tls = source("{address: 'xds://h:1', tls: {cert_file: /c}}").registry_config();

@@ -165,7 +165,9 @@ impl ServiceEntryConfig {
         };
         if let Some(x) = &self.xds {
             if self.kubernetes.is_some() {
-                return Err(invalid("`xds` and `kubernetes` cannot both be set; use two sources"));
+                return Err(invalid(
+                    "`xds` and `kubernetes` cannot both be set; use two sources",
+                ));
             }
             if let Some(why) = x.problem() {
                 return Err(invalid(&why));

@@ -98,7 +98,11 @@ impl Settings {
         if let Some(why) = config.problem() {
             return Err(invalid(why));
         }
-        let scheme = if config.tls.is_some() { "https" } else { "http" };
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let endpoint = Endpoint::from_shared(format!("{scheme}://{}", config.address))
             .map_err(|e| invalid(e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT)
@@ -117,7 +121,8 @@ impl Settings {
                     })
                 };
                 let name = tls.server_name.clone();
-                let mut c = ClientTlsConfig::new().domain_name(name.unwrap_or(config.host().into()));
+                let mut c =
+                    ClientTlsConfig::new().domain_name(name.unwrap_or(config.host().into()));
                 c = match &tls.ca_file {
                     Some(path) => c.ca_certificate(Certificate::from_pem(read("ca_file", path)?)),
                     None => c.with_native_roots(),

@@ -82,9 +82,7 @@ impl XdsSourceConfig {
             return Some("`xds.node_id` is empty".into());
         }
         if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
-            return Some(
-                "`xds.retry_initial` must be positive and at most `xds.retry_max`".into(),
-            );
+            return Some("`xds.retry_initial` must be positive and at most `xds.retry_max`".into());
         }
         let tls = self.tls.as_ref()?;
         if tls.cert_file.is_some() != tls.key_file.is_some() {

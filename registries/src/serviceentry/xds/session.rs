@@ -130,8 +130,10 @@ async fn connect(settings: &Settings) -> Result<AggregatedDiscoveryServiceClient
         .connect()
         .await
         .map_err(|e| failed(format!("cannot connect: {}", chain(&e)), false))?;
-    Ok(AggregatedDiscoveryServiceClient::new(channel)
-        .max_decoding_message_size(MAX_RESPONSE_BYTES))
+    Ok(
+        AggregatedDiscoveryServiceClient::new(channel)
+            .max_decoding_message_size(MAX_RESPONSE_BYTES),
+    )
 }
 
 fn scope(collection: &Collection) -> Scope {
@@ -333,7 +335,14 @@ fn delta_events(
         .resources
         .iter()
         .enumerate()
-        .map(|(i, res)| decode(c, i, &res.resource.clone().unwrap_or_default(), default_namespace))
+        .map(|(i, res)| {
+            decode(
+                c,
+                i,
+                &res.resource.clone().unwrap_or_default(),
+                default_namespace,
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     if first {
         return Ok(vec![ClusterEvent::Listed(scope(c), objects)]);
