@@ -97,12 +97,18 @@ impl AdapterConfig for ServiceEntryConfig {
     }
 
     fn check_sources(&self) -> Result<(), RegistryConfigError> {
-        self.check_directory()
-            .map_err(|why| RegistryConfigError::Source {
-                kind: "service_entry",
-                name: self.name.clone(),
-                why,
-            })
+        let source = |why| RegistryConfigError::Source {
+            kind: "service_entry",
+            name: self.name.clone(),
+            why,
+        };
+        self.check_directory().map_err(source)?;
+        // The xDS source's TLS files are read now, so a typo stops start-up.
+        if let Some(x) = &self.xds {
+            xds::Settings::new(x.clone(), self.default_namespace.clone())
+                .map_err(|e| source(e.to_string()))?;
+        }
+        Ok(())
     }
 
     fn build(&self) -> BuiltRegistry {

@@ -7,6 +7,7 @@
 //! requests has a standard deviation of 0.67 %, well inside ±3 %; a 50 % abort over 1,000 has
 //! 1.6 %, inside ±5 %.
 
+mod mcp;
 mod scenario;
 mod upstream;
 
@@ -432,12 +433,12 @@ async fn config_sources_show_in_debug_pages_with_their_rejections() {
     assert!(metrics.contains(&gauge), "{gauge} in /metrics");
 }
 
-/// Bad addresses stop start-up with a clear message; `xds://` is refused for now.
+/// Bad addresses stop start-up with a clear message.
 #[test]
 fn bad_config_source_addresses_stop_start_up() {
     let dir = tempfile::tempdir().unwrap();
     for (address, says) in [
-        ("xds://istiod:15010", "not supported yet"),
+        ("xds://istiod", "host:port"),
         ("fs://relative/dir", "absolute"),
         ("http://x", "unknown address"),
         ("fs:///does/not/exist", "does not exist"),
