@@ -311,6 +311,24 @@ impl AggregatedDiscoveryService for Service {
     }
 }
 
+/// Waits for a request (`Some(Some)`) or a change of what is served (`Some(None)`); `None` when
+/// the stream is over (a stopping server ends it with `UNAVAILABLE`).
+async fn wake<R, T>(
+    stop: &CancellationToken,
+    requests: &mut Streaming<R>,
+    served: &mut watch::Receiver<Served>,
+    out: &Out<T>,
+) -> Option<Option<R>> {
+    tokio::select! {
+        () = stop.cancelled() => {
+            let _ = out.send(Err(Status::unavailable("test MCP server stopping"))).await;
+            None
+        }
+        r = requests.message() => r.ok().flatten().map(Some),
+        changed = served.changed() => changed.ok().map(|()| None),
+    }
+}
+
 /// One SotW stream: each subscribed collection is sent whole, again whenever its version moves.
 async fn sotw(
     shared: Arc<Shared>,
@@ -322,18 +340,14 @@ async fn sotw(
     // type URL → the version last sent (0: nothing yet).
     let mut sent: BTreeMap<String, u64> = BTreeMap::new();
     loop {
-        tokio::select! {
-            () = stop.cancelled() => {
-                let _ = out.send(Err(Status::unavailable("test MCP server stopping"))).await;
-                return;
-            }
-            r = requests.message() => {
-                let Ok(Some(r)) = r else { return };
-                let error = r.error_detail.as_ref().map(|s| s.message.clone());
-                shared.record(false, &r.type_url, &r.response_nonce, &r.version_info, error, r.node.as_ref());
-                sent.entry(r.type_url).or_insert(0);
-            }
-            changed = served.changed() => if changed.is_err() { return },
+        let Some(request) = wake(&stop, &mut requests, &mut served, &out).await else {
+            return;
+        };
+        if let Some(r) = request {
+            let error = r.error_detail.as_ref().map(|s| s.message.clone());
+            let (nonce, version) = (&r.response_nonce, &r.version_info);
+            shared.record(false, &r.type_url, nonce, version, error, r.node.as_ref());
+            sent.entry(r.type_url).or_insert(0);
         }
         let now = served.borrow_and_update().clone();
         for (type_url, version) in &mut sent {
@@ -372,18 +386,20 @@ async fn delta(
     // type URL → (name → version) as last sent; `None` until the first response.
     let mut sent: BTreeMap<String, Option<BTreeMap<String, String>>> = BTreeMap::new();
     loop {
-        tokio::select! {
-            () = stop.cancelled() => {
-                let _ = out.send(Err(Status::unavailable("test MCP server stopping"))).await;
-                return;
-            }
-            r = requests.message() => {
-                let Ok(Some(r)) = r else { return };
-                let error = r.error_detail.as_ref().map(|s| s.message.clone());
-                shared.record(true, &r.type_url, &r.response_nonce, "", error, r.node.as_ref());
-                sent.entry(r.type_url).or_insert(None);
-            }
-            changed = served.changed() => if changed.is_err() { return },
+        let Some(request) = wake(&stop, &mut requests, &mut served, &out).await else {
+            return;
+        };
+        if let Some(r) = request {
+            let error = r.error_detail.as_ref().map(|s| s.message.clone());
+            shared.record(
+                true,
+                &r.type_url,
+                &r.response_nonce,
+                "",
+                error,
+                r.node.as_ref(),
+            );
+            sent.entry(r.type_url).or_insert(None);
         }
         let now = served.borrow_and_update().clone();
         for (type_url, known) in &mut sent {

@@ -8,9 +8,7 @@
 
 use serde_json::Value;
 
-use super::scenario::{
-    CONVERGE, HOST, Mesh, Mode, Rules, destination_rule, split, virtual_service,
-};
+use super::scenario::{CONVERGE, Mesh, Mode, Rules, destination_rule, split, virtual_service};
 use super::upstream::get;
 use crate::support::harness::{eventually, free_port, loopback, no_rejections};
 
@@ -87,6 +85,7 @@ async fn consume(mode: Mode, sotw_only: bool) {
     }
     let status = registry_status(&mesh, &id, |s| s.starts_with("degraded:")).await;
     assert!(status.contains(&id), "{status}");
+    println!("{mode:?}: while the config server is away: {status}");
     mesh.settle(&[], "v1", 20).await;
     assert_eq!(api().await, Some((200, "v2".into())), "{}", mesh.logs());
 

@@ -255,6 +255,12 @@ impl XdsDriver {
         let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
         Ok(self.server.set_objects(&docs)?)
     }
+
+    fn cluster_config(&self) -> ServiceEntryConfig {
+        let mut config = ServiceEntryConfig::default();
+        (config.name, config.cluster_id) = ("se-conf".into(), "c1".into());
+        config
+    }
 }
 
 impl ConformanceDriver for XdsDriver {
@@ -263,17 +269,15 @@ impl ConformanceDriver for XdsDriver {
     }
 
     fn registry(&mut self) -> Box<dyn Registry> {
-        Box::new(ServiceEntryRegistry::new(ServiceEntryConfig {
-            name: "se-conf".into(),
-            cluster_id: "c1".into(),
-            xds: Some(crate::serviceentry::XdsSourceConfig {
-                address: self.server.addr().to_string(),
-                retry_initial: Duration::from_millis(20),
-                retry_max: Duration::from_millis(200),
-                ..Default::default()
-            }),
-            ..ServiceEntryConfig::default()
-        }))
+        let xds = crate::serviceentry::XdsSourceConfig {
+            address: self.server.addr().to_string(),
+            retry_initial: Duration::from_millis(20),
+            retry_max: Duration::from_millis(200),
+            ..Default::default()
+        };
+        let mut config = self.cluster_config();
+        config.xds = Some(xds);
+        Box::new(ServiceEntryRegistry::new(config))
     }
 
     async fn add_service(&mut self, name: &str, endpoints: usize) -> Result<Hostname, DriverError> {

@@ -178,6 +178,36 @@ async fn answer<R>(
         .map_err(|_| failed("the request stream closed", true))
 }
 
+/// The request channel with the four subscriptions queued, as `subscribe` builds them.
+fn subscribed<R>(subscribe: impl Fn(&Collection) -> R) -> (mpsc::Sender<R>, ReceiverStream<R>) {
+    let (requests, rx) = mpsc::channel(REQUEST_CAPACITY);
+    for c in &COLLECTIONS {
+        requests
+            .try_send(subscribe(c))
+            .expect("REQUEST_CAPACITY holds the four subscriptions of a new channel");
+    }
+    (requests, ReceiverStream::new(rx))
+}
+
+/// The next response; the first of a stream marks the connection healthy.
+async fn next<T>(
+    stream: &mut tonic::Streaming<T>,
+    responded: &mut bool,
+    health: &mut Health,
+    on_error: impl Fn(&tonic::Status, bool) -> Ended,
+) -> Result<T, Ended> {
+    let r = match stream.message().await {
+        Ok(Some(r)) => r,
+        Ok(None) => return Err(failed("the server ended the stream", *responded)),
+        Err(status) => return Err(on_error(&status, *responded)),
+    };
+    if !*responded {
+        *responded = true;
+        health.connection(None).await?;
+    }
+    Ok(r)
+}
+
 /// A state-of-the-world stream: every response is the whole collection.
 pub(crate) async fn sotw(
     settings: &Settings,
@@ -189,21 +219,12 @@ pub(crate) async fn sotw(
         Err(e) => return e,
     };
     let node = Some(settings.node());
-    let (requests, rx) = mpsc::channel(REQUEST_CAPACITY);
-    for c in &COLLECTIONS {
-        let subscribe = DiscoveryRequest {
-            node: node.clone(),
-            type_url: c.type_url.into(),
-            ..DiscoveryRequest::default()
-        };
-        if requests.try_send(subscribe).is_err() {
-            return failed("the request stream closed", false);
-        }
-    }
-    let mut stream = match client
-        .stream_aggregated_resources(ReceiverStream::new(rx))
-        .await
-    {
+    let (requests, rx) = subscribed(|c| DiscoveryRequest {
+        node: node.clone(),
+        type_url: c.type_url.into(),
+        ..DiscoveryRequest::default()
+    });
+    let mut stream = match client.stream_aggregated_resources(rx).await {
         Ok(r) => r.into_inner(),
         Err(status) => return status_failed(&status, false),
     };
@@ -211,17 +232,11 @@ pub(crate) async fn sotw(
     let mut acked: BTreeMap<String, String> = BTreeMap::new();
     let mut responded = false;
     loop {
-        let r: DiscoveryResponse = match stream.message().await {
-            Ok(Some(r)) => r,
-            Ok(None) => return failed("the server ended the stream", responded),
-            Err(status) => return status_failed(&status, responded),
-        };
-        if !responded {
-            responded = true;
-            if let Err(e) = health.connection(None).await {
-                return e;
-            }
-        }
+        let r: DiscoveryResponse =
+            match next(&mut stream, &mut responded, health, status_failed).await {
+                Ok(r) => r,
+                Err(e) => return e,
+            };
         debug!(collection = %r.type_url, version = %r.version_info, resources = r.resources.len(),
             "config server response");
         let outcome = collection(&r.type_url).and_then(|c| {
@@ -262,26 +277,17 @@ pub(crate) async fn delta(
         Err(e) => return e,
     };
     let node = Some(settings.node());
-    let (requests, rx) = mpsc::channel(REQUEST_CAPACITY);
-    for c in &COLLECTIONS {
-        // No names: a wildcard subscription; no initial versions: send everything.
-        let subscribe = DeltaDiscoveryRequest {
-            node: node.clone(),
-            type_url: c.type_url.into(),
-            ..DeltaDiscoveryRequest::default()
-        };
-        if requests.try_send(subscribe).is_err() {
-            return failed("the request stream closed", false);
-        }
-    }
+    // No names: a wildcard subscription; no initial versions: send everything.
+    let (requests, rx) = subscribed(|c| DeltaDiscoveryRequest {
+        node: node.clone(),
+        type_url: c.type_url.into(),
+        ..DeltaDiscoveryRequest::default()
+    });
     let unimplemented = |status: &tonic::Status, responded: bool| match status.code() {
         Code::Unimplemented if !responded => Ended::DeltaUnimplemented,
         _ => status_failed(status, responded),
     };
-    let mut stream = match client
-        .delta_aggregated_resources(ReceiverStream::new(rx))
-        .await
-    {
+    let mut stream = match client.delta_aggregated_resources(rx).await {
         Ok(r) => r.into_inner(),
         Err(status) => return unimplemented(&status, false),
     };
@@ -289,17 +295,11 @@ pub(crate) async fn delta(
     let mut listed: BTreeSet<String> = BTreeSet::new();
     let mut responded = false;
     loop {
-        let r: DeltaDiscoveryResponse = match stream.message().await {
-            Ok(Some(r)) => r,
-            Ok(None) => return failed("the server ended the stream", responded),
-            Err(status) => return unimplemented(&status, responded),
-        };
-        if !responded {
-            responded = true;
-            if let Err(e) = health.connection(None).await {
-                return e;
-            }
-        }
+        let r: DeltaDiscoveryResponse =
+            match next(&mut stream, &mut responded, health, unimplemented).await {
+                Ok(r) => r,
+                Err(e) => return e,
+            };
         debug!(collection = %r.type_url, resources = r.resources.len(),
             removed = r.removed_resources.len(), "config server delta response");
         let first = !listed.contains(&r.type_url);
