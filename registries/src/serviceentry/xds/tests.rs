@@ -121,7 +121,7 @@ async fn delta_by_default_services_and_rules_arrive_and_every_response_is_acked(
         .unwrap();
     run.wait("the new endpoint", |r| {
         r.get("api.example.com")
-            .is_some_and(|s| s.endpoints[0].address.to_string() == "10.0.0.2")
+            .is_some_and(|s| s.endpoints[0].address == "10.0.0.2")
     })
     .await;
     server.set_objects(&[]).unwrap();
