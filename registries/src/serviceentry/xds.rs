@@ -170,9 +170,15 @@ pub(crate) async fn run(settings: Arc<Settings>, tx: mpsc::Sender<ClusterEvent>)
     let mut protocol = c.protocol;
     let mut health = session::Health::new(tx.clone());
     loop {
-        let ended = match protocol {
-            XdsProtocol::Delta => session::delta(&settings, &tx, &mut health).await,
-            XdsProtocol::Sotw => session::sotw(&settings, &tx, &mut health).await,
+        let link = session::Link {
+            settings: &settings,
+            tx: &tx,
+            health: &mut health,
+        };
+        let ended = match (session::connect(&settings).await, protocol) {
+            (Err(ended), _) => ended,
+            (Ok(client), XdsProtocol::Delta) => session::delta(client, link).await,
+            (Ok(client), XdsProtocol::Sotw) => session::sotw(client, link).await,
         };
         match ended {
             Ended::WorkerGone => return,

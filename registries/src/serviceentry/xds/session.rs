@@ -124,7 +124,18 @@ fn status_failed(status: &tonic::Status, responded: bool) -> Ended {
     )
 }
 
-async fn connect(settings: &Settings) -> Result<AggregatedDiscoveryServiceClient<Channel>, Ended> {
+/// What a stream reports to: the worker's channel and the source's health.
+pub(crate) struct Link<'a> {
+    pub(crate) settings: &'a Settings,
+    pub(crate) tx: &'a mpsc::Sender<ClusterEvent>,
+    pub(crate) health: &'a mut Health,
+}
+
+/// An ADS client of the config server.
+pub(crate) type Client = AggregatedDiscoveryServiceClient<Channel>;
+
+/// Connects to the server (TCP, TLS, HTTP/2).
+pub(crate) async fn connect(settings: &Settings) -> Result<Client, Ended> {
     let channel = settings
         .endpoint
         .connect()
@@ -209,22 +220,20 @@ async fn next<T>(
 }
 
 /// A state-of-the-world stream: every response is the whole collection.
-pub(crate) async fn sotw(
-    settings: &Settings,
-    tx: &mpsc::Sender<ClusterEvent>,
-    health: &mut Health,
-) -> Ended {
-    let mut client = match connect(settings).await {
-        Ok(c) => c,
-        Err(e) => return e,
-    };
+pub(crate) async fn sotw(mut client: Client, link: Link<'_>) -> Ended {
+    let Link {
+        settings,
+        tx,
+        health,
+    } = link;
     let node = Some(settings.node());
     let (requests, rx) = subscribed(|c| DiscoveryRequest {
         node: node.clone(),
         type_url: c.type_url.into(),
         ..DiscoveryRequest::default()
     });
-    let mut stream = match client.stream_aggregated_resources(rx).await {
+    let opened = client.stream_aggregated_resources(rx).await;
+    let mut stream = match opened {
         Ok(r) => r.into_inner(),
         Err(status) => return status_failed(&status, false),
     };
@@ -267,22 +276,19 @@ pub(crate) async fn sotw(
 
 /// A delta stream: the first response of each collection is its whole contents, later ones
 /// changes.
-pub(crate) async fn delta(
-    settings: &Settings,
-    tx: &mpsc::Sender<ClusterEvent>,
-    health: &mut Health,
-) -> Ended {
-    let mut client = match connect(settings).await {
-        Ok(c) => c,
-        Err(e) => return e,
-    };
-    let node = Some(settings.node());
+pub(crate) async fn delta(mut client: Client, link: Link<'_>) -> Ended {
+    let Link {
+        settings,
+        tx,
+        health,
+    } = link;
     // No names: a wildcard subscription; no initial versions: send everything.
     let (requests, rx) = subscribed(|c| DeltaDiscoveryRequest {
-        node: node.clone(),
         type_url: c.type_url.into(),
+        node: Some(settings.node()),
         ..DeltaDiscoveryRequest::default()
     });
+    let node = Some(settings.node());
     let unimplemented = |status: &tonic::Status, responded: bool| match status.code() {
         Code::Unimplemented if !responded => Ended::DeltaUnimplemented,
         _ => status_failed(status, responded),
