@@ -214,6 +214,9 @@ async fn locality_failover(mesh: &Mesh) {
         virtual_service(&to_any_version()),
     ]);
     mesh.settle(&[], "v1", 50).await;
+    // The other zone is there, one priority down (Envoy omits priority 0 from its dump).
+    let dump = mesh.envoy.config_dump().await.to_string();
+    assert!(dump.contains("\"priority\":1"), "EDS priority 1 in Envoy");
     mesh.set_v1_healthy(false);
     mesh.settle(&[], "v2", 50).await;
     mesh.set_v1_healthy(true);
@@ -299,10 +302,9 @@ async fn delta_outlier_detection_ejects_a_failing_endpoint() {
     outlier_detection(&mesh).await;
 }
 
-/// The proof for `localityLbSetting`, which the translation validates but does not apply yet
-/// (EDS carries no priorities; see docs/traffic-rules.md): run with `--ignored` once it does.
+/// `localityLbSetting` failover: EDS priorities relative to the node's locality (the proxy's zone
+/// first), over SotW and delta.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "localityLbSetting is validated but not applied yet (docs/traffic-rules.md)"]
 async fn locality_failover_moves_traffic_to_the_other_zone() {
     for mode in [Mode::Sotw, Mode::Delta] {
         let mesh = Mesh::with_dir(mode, &initial()).await;

@@ -10,6 +10,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::{Locality as PbLocality, Node, address};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, lb_endpoint::HostIdentifier,
+};
 use envoy_types::pb::envoy::config::route::v3::{
     RouteConfiguration, route::Action, route_action::ClusterSpecifier,
 };
@@ -225,5 +229,102 @@ async fn rule_changes_are_make_before_break() {
     eprintln!(
         "clusters routed before their EDS arrived (same-push additions): {:?}",
         p.routed_before_eds
+    );
+}
+
+/// `reviews` with v1 in us-east/zone-a and v2 in us-west/zone-b.
+fn reviews_in_two_zones() -> (Hostname, Option<Arc<MergedService>>) {
+    let (host, svc) = reviews();
+    let mut svc = (*svc.expect("a service")).clone();
+    svc.endpoints[0].locality = Locality::parse("us-east/zone-a");
+    svc.endpoints[1].locality = Locality::parse("us-west/zone-b");
+    (host, Some(Arc::new(svc)))
+}
+
+fn with_locality(node: &mut Node, region: &str, zone: &str) {
+    node.locality = Some(PbLocality {
+        region: region.into(),
+        zone: zone.into(),
+        ..Default::default()
+    });
+}
+
+/// Endpoint address → priority, from an EDS resource.
+fn priorities(any: &[u8]) -> BTreeMap<String, u32> {
+    let cla = ClusterLoadAssignment::decode(any).unwrap();
+    cla.endpoints
+        .iter()
+        .flat_map(|g| {
+            g.lb_endpoints
+                .iter()
+                .filter_map(move |e| match &e.host_identifier {
+                    Some(HostIdentifier::Endpoint(ep)) => {
+                        match ep.address.as_ref()?.address.as_ref()? {
+                            address::Address::SocketAddress(s) => {
+                                Some((s.address.clone(), g.priority))
+                            }
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                })
+        })
+        .collect()
+}
+
+const DR_FAILOVER: &str = "host: reviews
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      failover: [{from: us-east, to: us-west}]
+  outlierDetection: {consecutive5xxErrors: 5}
+";
+const TO_REVIEWS: &str = "hosts: [reviews]\nhttp:\n- route: [{destination: {host: reviews}}]\n";
+
+#[tokio::test]
+async fn eds_priorities_follow_each_proxy_locality_encoded_once_per_locality() {
+    let s = TestServer::start_unready().await;
+    let mut mesh = MeshBuilder::new(GenerateOptions::default());
+    mesh.apply(vec![reviews_in_two_zones()], Instant::now());
+    s.store.publish(
+        mesh.set_rules(rules(DR_FAILOVER, TO_REVIEWS), Instant::now())
+            .unwrap(),
+    );
+    let cla = format!("outbound|9080||{HOST}");
+    let (v1, v2) = ("10.0.0.1".to_string(), "10.0.0.2".to_string());
+    // Two SotW proxies in us-east/zone-a, one delta proxy in us-west/zone-b, one with no locality.
+    let mut sotw = Vec::new();
+    for id in ["east-1", "east-2"] {
+        let mut c = s.ads(id).await;
+        with_locality(&mut c.node, "us-east", "zone-a");
+        c.subscribe(EDS, &[&cla]).await;
+        let r = c.expect(EDS, &[&cla]).await;
+        sotw.push(r.resources[0].value.clone());
+    }
+    let mut west = s.delta_ads("west").await;
+    with_locality(&mut west.node, "us-west", "zone-b");
+    west.subscribe(EDS, &[&cla]).await;
+    let r = west.expect(EDS, &[&cla], &[]).await;
+    let west_any = r.resources[0].resource.as_ref().unwrap().value.clone();
+    let mut plain = s.ads("nowhere").await;
+    plain.subscribe(EDS, &[&cla]).await;
+    let plain_any = plain.expect(EDS, &[&cla]).await.resources[0].value.clone();
+
+    // The proxy's own zone first, the failover region next.
+    let want_east = BTreeMap::from([(v1.clone(), 0), (v2.clone(), 1)]);
+    assert_eq!(priorities(&sotw[0]), want_east);
+    assert_eq!(sotw[0], sotw[1], "same locality, same bytes");
+    // us-west has no failover entry: us-east is simply another region.
+    assert_eq!(
+        priorities(&west_any),
+        BTreeMap::from([(v1.clone(), 1), (v2.clone(), 0)])
+    );
+    // No locality: today's assignment, no priorities.
+    assert_eq!(priorities(&plain_any), BTreeMap::from([(v1, 0), (v2, 0)]));
+    let snap = s.store.load().expect("published");
+    assert_eq!(
+        snap.locality_variants_built(),
+        2,
+        "one encoding per distinct proxy locality, however many proxies share it"
     );
 }
