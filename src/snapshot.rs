@@ -93,7 +93,7 @@ pub struct Snapshot {
     /// When the first registry event folded into this build was received; streams measure
     /// `pilot_proxy_convergence_time` from here.
     pub triggered_at: Instant,
-    pub(crate) types: [Arc<TypeResources>; 4],
+    pub(crate) types: [Arc<TypeResources>; ResourceType::COUNT],
     pub(crate) history: history::History,
     /// The merged services this snapshot was built from, for debug views.
     pub services: OrdMap<Hostname, Arc<MergedService>>,

@@ -103,7 +103,7 @@ pub fn resource_of(doc: &str) -> Result<(&'static Collection, String, Any), Stri
         meta["namespace"].as_str().unwrap_or("default"),
         meta["name"].as_str().unwrap_or_default()
     );
-    let strings = |field: &str| -> std::collections::HashMap<String, String> {
+    let strings = |field: &str| -> BTreeMap<String, String> {
         serde_json::from_value(meta[field].clone()).unwrap_or_default()
     };
     let body = spec_to_body(collection, &v["spec"]).map_err(|e| e.to_string())?;
