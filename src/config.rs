@@ -350,9 +350,7 @@ mod tests {
         assert_eq!(crds.namespaces, ["shop"]);
 
         let err = |yaml: &str| Config::from_yaml(yaml).unwrap_err().to_string();
-        assert!(
-            err("config_sources: [{address: 'xds://istiod:15010'}]").contains("not supported yet")
-        );
+        assert!(err("config_sources: [{address: 'xds://istiod'}]").contains("host:port"));
         assert!(err("config_sources: [{address: 'fs://etc'}]").contains("absolute"));
         let clash = "registries:\n  - {type: service_entry, name: 'k8s://', directory: /x}\n\
                      config_sources: [{address: 'k8s://'}]\n";

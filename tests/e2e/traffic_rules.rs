@@ -8,6 +8,7 @@
 //! 1.6 %, inside ±5 %.
 
 mod l4;
+mod mcp;
 mod scenario;
 mod upstream;
 
@@ -514,12 +515,12 @@ async fn config_sources_show_in_debug_pages_with_their_rejections() {
     assert!(metrics.contains(&gauge), "{gauge} in /metrics");
 }
 
-/// Bad addresses stop start-up with a clear message; `xds://` is refused for now.
+/// Bad addresses stop start-up with a clear message.
 #[test]
 fn bad_config_source_addresses_stop_start_up() {
     let dir = tempfile::tempdir().unwrap();
     for (address, says) in [
-        ("xds://istiod:15010", "not supported yet"),
+        ("xds://istiod", "host:port"),
         ("fs://relative/dir", "absolute"),
         ("http://x", "unknown address"),
         ("fs:///does/not/exist", "does not exist"),

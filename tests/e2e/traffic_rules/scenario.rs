@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tributary_registries::kubernetes::fake::{FakeApiServer, ResourceType};
+use tributary_registries::test_util::mcp_server::McpServer;
 
 use super::upstream::{Upstream, get};
 use crate::support::harness::{
@@ -42,6 +43,8 @@ pub enum Rules {
     Dir(PathBuf),
     /// Boxed: the fake server is large next to a path.
     Crds(Box<(FakeApiServer, [ResourceType; 4])>),
+    /// The test MCP server (`xds://`).
+    Mcp(Box<McpServer>),
 }
 
 /// The running mesh.
@@ -140,6 +143,17 @@ impl Mesh {
         Self::start(dir, mode, &source, r).await
     }
 
+    /// Starts everything with the rules served by the test MCP server (`xds://`), which speaks
+    /// delta unless `sotw_only` (the client then falls back to SotW).
+    pub async fn with_mcp(mode: Mode, sotw_only: bool, rules: &[String]) -> Mesh {
+        let dir = tempfile::tempdir().unwrap();
+        let server = McpServer::start(!sotw_only).await.expect("test MCP server");
+        let docs: Vec<&str> = rules.iter().map(String::as_str).collect();
+        server.set_objects(&docs).expect("test rules map onto MCP");
+        let source = format!("  - address: xds://{}\n", server.addr());
+        Self::start(dir, mode, &source, Rules::Mcp(Box::new(server))).await
+    }
+
     async fn start(dir: tempfile::TempDir, mode: Mode, sources: &str, rules: Rules) -> Mesh {
         let v1 = Upstream::start("127.0.0.1", "v1").await;
         let v2 = Upstream::start("127.0.0.1", "v2").await;
@@ -189,6 +203,10 @@ impl Mesh {
         match &self.rules {
             Rules::Dir(d) => replace_file(&d.join("rules.yaml"), &docs.join("---\n")),
             Rules::Crds(_) => docs.iter().for_each(|d| self.rules.apply(d)),
+            Rules::Mcp(server) => {
+                let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+                server.set_objects(&docs).expect("test rules map onto MCP");
+            }
         }
     }
 
