@@ -2,11 +2,12 @@
 //!
 //! istiod with `configSources: [{address: xds://tributary:15010}]` subscribes over ADS to Istio
 //! config collections (`networking.istio.io/v1/ServiceEntry`, ...; which URLs: `type_urls`).
-//! This module turns each merged service into the resources of those collections: one `ServiceEntry` per hostname with
-//! its endpoints inline (or, with `mcp.endpoints: workload_entries`, one `WorkloadEntry` per
-//! endpoint selected by a label), each wrapped in an `istio.mcp.v1alpha1.Resource`. The snapshot
-//! builder calls [`resources_for`] for exactly the hostnames a push touched, and the resources are
-//! encoded once and versioned by content like Envoy's, so two replicas serve the same versions.
+//! This module turns each merged service into the resources of those collections: one
+//! `ServiceEntry` per hostname with its endpoints inline (or, with `mcp.endpoints:
+//! workload_entries`, one `WorkloadEntry` per endpoint selected by a label), each wrapped in an
+//! `istio.mcp.v1alpha1.Resource`. The snapshot builder calls [`resources_for`] for exactly the
+//! hostnames a push touched, and the resources are encoded once and versioned by content like
+//! Envoy's, so two replicas serve the same versions.
 //!
 //! It does not serve DestinationRules or VirtualServices (those collections are answered empty:
 //! istiod reads rules from its own `k8s://` source, and re-serving tributary's config store would
