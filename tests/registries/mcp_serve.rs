@@ -59,6 +59,14 @@ async fn start(dir: &Path, config: &str) -> Tributary {
     Tributary::start(dir, loopback(free_port()), loopback(free_port()), &args).await
 }
 
+/// The fake Consul with one `web` instance and tributary on it and the mock file, MCP on.
+async fn start_with_web(dir: &Path) -> (FakeConsul, Tributary) {
+    let consul = FakeConsul::start().await;
+    consul.register(web("web-1", "10.3.0.1"));
+    let t = start(dir, &write_config(dir, &consul, MCP_ON)).await;
+    (consul, t)
+}
+
 fn web(id: &str, ip: &str) -> Instance {
     Instance::new("web", id, ip, 7000).meta("protocol", "http")
 }
@@ -136,9 +144,7 @@ fn check_service_entries_under(held: &Holdings, version: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn istio_collections_carry_every_registry_service_in_sotw_and_delta() {
     let dir = tempfile::tempdir().unwrap();
-    let consul = FakeConsul::start().await;
-    consul.register(web("web-1", "10.3.0.1"));
-    let t = start(dir.path(), &write_config(dir.path(), &consul, MCP_ON)).await;
+    let (consul, t) = start_with_web(dir.path()).await;
 
     let mut sotw = McpClient::open(t.xds, Mode::Sotw, "istiod-sotw").await;
     sotw.until_all_answered(LIMIT).await;
@@ -257,9 +263,7 @@ async fn envoy_sees_only_clusters(xds: SocketAddr, also: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn istiod_v1_subscriptions_get_every_collection_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let consul = FakeConsul::start().await;
-    consul.register(web("web-1", "10.3.0.1"));
-    let t = start(dir.path(), &write_config(dir.path(), &consul, MCP_ON)).await;
+    let (_consul, t) = start_with_web(dir.path()).await;
 
     for mode in [Mode::Sotw, Mode::Delta] {
         let mut c = McpClient::open_urls(t.xds, mode, "istiod-v1", &ISTIOD_COLLECTIONS).await;
