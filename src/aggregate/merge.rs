@@ -115,10 +115,7 @@ pub fn merge<'a>(states: impl IntoIterator<Item = &'a ServiceState>) -> Option<M
 mod tests {
     use std::collections::BTreeMap;
 
-    use tributary_registries::{
-        ClusterId, Health, Hostname, Locality, MeshLocation, Origin, Protocol, Resolution,
-        ServicePort,
-    };
+    use tributary_registries::{ClusterId, Hostname, Origin, Protocol, ServicePort};
 
     use super::*;
 
@@ -132,7 +129,6 @@ mod tests {
     fn state(r: &str, port: u16, ips: &[&str]) -> ServiceState {
         ServiceState {
             service: Service {
-                hostname: Hostname::new("a.example").unwrap(),
                 ports: vec![ServicePort {
                     name: "http".into(),
                     port,
@@ -140,27 +136,12 @@ mod tests {
                     target_port: None,
                 }],
                 vips: BTreeMap::from([(ClusterId::new(r), vec!["10.0.0.1".parse().unwrap()])]),
-                resolution: Resolution::Static,
-                location: MeshLocation::MeshInternal,
-                labels: BTreeMap::new(),
                 service_accounts: vec![format!("sa-{r}")],
-                namespace: String::new(),
-                export_to: Vec::new(),
-                origin: origin(r),
+                ..Service::new(Hostname::new("a.example").unwrap(), origin(r))
             },
             endpoints: ips
                 .iter()
-                .map(|ip| Endpoint {
-                    address: ip.to_string(),
-                    ports: BTreeMap::new(),
-                    labels: BTreeMap::new(),
-                    locality: Locality::default(),
-                    network: String::new(),
-                    service_account: String::new(),
-                    health: Health::Healthy,
-                    weight: 1,
-                    origin: origin(r),
-                })
+                .map(|ip| Endpoint::new(ip.to_string(), origin(r)))
                 .collect(),
         }
     }
