@@ -2,6 +2,7 @@
 //! `test-util` feature (tests/e2e/envoy_validate.rs builds its mesh with them).
 
 use prost::Message;
+use tributary_registries::rules::RuleMeta;
 use tributary_registries::{
     ClusterId, Endpoint, Hostname, Origin, Protocol, RegistryId, Resolution, Service, ServicePort,
 };
@@ -12,6 +13,16 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::EncodedResource;
 use crate::aggregate::MergedService;
+
+/// The metadata of a rule named `name` in namespace `default`, from source `test`.
+pub fn rule_meta(name: &str) -> RuleMeta {
+    RuleMeta {
+        namespace: "default".into(),
+        name: name.into(),
+        source: "test".into(),
+        ..RuleMeta::default()
+    }
+}
 
 /// A service port.
 pub fn port(name: &str, port: u16, protocol: Protocol) -> ServicePort {
