@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tributary_registries::consul::fake::FakeConsul;
 
 use crate::support::harness::{
@@ -414,19 +413,10 @@ async fn rotate_certificates(mode: Rotation) {
     );
     let config_path = pki::write(d, "tributary.yaml", &config);
     let backend = Backend::start("web-1").await;
-    let (mesh, listener) = write_mesh(d, backend.addr);
-    let _t = Tributary::start(
-        d,
-        loopback(free_port()),
-        loopback(free_port()),
-        &[
-            "--config",
-            config_path.to_str().unwrap(),
-            "--mock-file",
-            mesh.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let port = free_port();
+    let listener = loopback(port);
+    let config = ["--config", config_path.to_str().unwrap()];
+    let (_t, _) = Tributary::on_mesh(d, &mesh(port, &[backend.addr]), &config).await;
     let certs = d.join("certs");
     std::fs::create_dir_all(&certs).unwrap();
     let leaf = ca.client(spiffe);
@@ -544,44 +534,14 @@ async fn rotate_certificates(mode: Rotation) {
     assert!(std::fs::metadata(d.join("rot").join("envoy-rev1.json")).is_ok());
 }
 
-/// An HTTP backend that answers each request after `delay`.
-async fn slow_backend(delay: Duration) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-                tokio::time::sleep(delay).await;
-                let _ = s
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nslow",
-                    )
-                    .await;
-            });
-        }
-    });
-    (addr, task)
-}
-
 // AGENT-4: SIGTERM while requests are in flight: they complete, the agent exits 0 within the
 // drain time, and the listener refuses connections afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (backend, _task) = slow_backend(Duration::from_millis(1500)).await;
-    let (mesh, listener) = write_mesh(d, backend);
+    let backend = Backend::start_slow("slow", Duration::from_millis(1500)).await;
+    let (mesh, listener) = write_mesh(d, backend.addr);
     let xds = loopback(free_port());
     let _t = tributary_on(d, xds, &mesh).await;
     let mut agent = Agent::start(

@@ -39,19 +39,8 @@ async fn envoy_gets_config_over_mtls_from_bootstrap_tls() {
     let config_path = pki::write(d, "tributary.yaml", &config);
     let backend = Backend::start("web-1").await;
     let port = free_port();
-    let mesh_path = pki::write(d, "mesh.yaml", &mesh(port, &[backend.addr]));
-    let t = Tributary::start(
-        d,
-        loopback(free_port()),
-        loopback(free_port()),
-        &[
-            "--config",
-            config_path.to_str().unwrap(),
-            "--mock-file",
-            mesh_path.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let config = ["--config", config_path.to_str().unwrap()];
+    let (t, _) = Tributary::on_mesh(d, &mesh(port, &[backend.addr]), &config).await;
     let cert = pki::write(d, "envoy.crt", &client.cert);
     let key = pki::write(d, "envoy.key", &client.key);
     let ca_path = d.join("ca.crt");

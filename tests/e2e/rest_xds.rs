@@ -43,15 +43,7 @@ async fn rest_envoy_routes_traffic_and_follows_an_endpoint_change() {
     let b = Backend::start("backend-b").await;
     let port = free_port();
     let listener = loopback(port);
-    let file = dir.path().join("mesh.yaml");
-    std::fs::write(&file, mesh(port, &[a.addr])).unwrap();
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--mock-file", file.to_str().unwrap()],
-    )
-    .await;
+    let (t, file) = Tributary::on_mesh(dir.path(), &mesh(port, &[a.addr]), &[]).await;
     // REST-1: CDS/LDS over REST from the bootstrap; REST-3: EDS/RDS over REST from the resources.
     let mut envoy = Envoy::start(
         dir.path(),
@@ -89,15 +81,8 @@ async fn rest_envoy_routes_traffic_and_follows_an_endpoint_change() {
 async fn rest_poll_with_current_version_gets_304_and_bad_input_400() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let file = dir.path().join("mesh.yaml");
-    std::fs::write(&file, mesh(port, &[loopback(free_port())])).unwrap();
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--mock-file", file.to_str().unwrap()],
-    )
-    .await;
+    let (t, _file) =
+        Tributary::on_mesh(dir.path(), &mesh(port, &[loopback(free_port())]), &[]).await;
     let node = serde_json::json!({ "id": "rest-raw", "cluster": "test" });
     let (status, body) = post(
         t.xds,
