@@ -1,16 +1,6 @@
 use super::*;
-use crate::serviceentry::fixtures::service_entry;
+use crate::serviceentry::fixtures::static_http_entry as se;
 use crate::serviceentry::validate::Valid;
-
-fn se(name: &str, ip: &str) -> String {
-    service_entry(
-        name,
-        "shop",
-        &format!(
-            "hosts: [{name}.example.com]\nports: [{{number: 80, name: http, protocol: HTTP}}]\nresolution: STATIC\nendpoints: [{{address: {ip}}}]"
-        ),
-    )
-}
 
 /// `name=ip` of every served object (invalid ones show their last valid version, or `-`).
 fn served(d: &Directory) -> Vec<String> {
