@@ -12,8 +12,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = tributary::cli::Cli::parse();
-    use tributary::cli::Command;
+    let cli = tributary::Cli::parse();
+    use tributary::Command;
     // Commands that print their answer on stdout start no telemetry of their own.
     if !matches!(
         cli.command,
