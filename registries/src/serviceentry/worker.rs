@@ -318,12 +318,7 @@ impl Worker {
             .filter_map(|f| f.dir.problem())
             .chain(self.cluster.iter().filter_map(|c| c.health.as_deref()))
             .collect();
-        let status = match reasons.is_empty() {
-            true => RegistryStatus::Healthy,
-            false => RegistryStatus::Degraded {
-                reason: reasons.join("; "),
-            },
-        };
+        let status = RegistryStatus::from_reasons(&reasons);
         if status != self.status {
             self.status = status.clone();
             self.sink.status(status).await?;
