@@ -8,7 +8,6 @@ mod multicluster;
 mod relist;
 mod scale;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,10 +17,9 @@ use tokio::task::JoinHandle;
 use super::fake::FakeApiServer;
 use super::fake::objects::{self, SliceEndpoint};
 use super::{KubernetesConfig, KubernetesRegistry};
-use crate::model::{Hostname, ServiceState};
-use crate::registry::{
-    Change, Registry, RegistryEvent, RegistryMessage, RegistrySink, RegistryStatus,
-};
+use crate::model::Hostname;
+use crate::registry::{Change, Registry, RegistryMessage, RegistrySink, RegistryStatus};
+use crate::test_util::Observed;
 
 /// Longest any single expected event may take (shared CI cores, debug build).
 pub(super) const LIMIT: Duration = Duration::from_secs(10);
@@ -92,12 +90,22 @@ impl FakeCluster {
 pub(super) struct Run {
     rx: mpsc::Receiver<RegistryMessage>,
     task: JoinHandle<Result<(), crate::registry::RegistryError>>,
-    /// The registry's state as the aggregate would see it.
-    pub(super) view: BTreeMap<Hostname, ServiceState>,
-    pub(super) status: RegistryStatus,
-    pub(super) synced: bool,
-    /// Every change received, in order.
-    pub(super) log: Vec<Change>,
+    /// The registry's state as the aggregate would see it (the `Run` derefs to it).
+    seen: Observed,
+}
+
+impl std::ops::Deref for Run {
+    type Target = Observed;
+
+    fn deref(&self) -> &Observed {
+        &self.seen
+    }
+}
+
+impl std::ops::DerefMut for Run {
+    fn deref_mut(&mut self) -> &mut Observed {
+        &mut self.seen
+    }
 }
 
 impl Drop for Run {
@@ -115,35 +123,7 @@ impl Run {
         Self {
             rx,
             task,
-            view: BTreeMap::new(),
-            status: RegistryStatus::Healthy,
-            synced: false,
-            log: Vec::new(),
-        }
-    }
-
-    fn apply(&mut self, event: RegistryEvent) {
-        match event {
-            RegistryEvent::Synced => {
-                assert!(!self.synced, "Synced is sent once");
-                self.synced = true;
-            }
-            RegistryEvent::Status(s) => self.status = s,
-            RegistryEvent::Rejected(_) => {}
-            RegistryEvent::Changes(changes) => {
-                assert!(!changes.is_empty(), "no empty batches");
-                for c in changes {
-                    match &c {
-                        Change::Upsert(s) => {
-                            self.view.insert(s.service.hostname.clone(), s.clone());
-                        }
-                        Change::Delete(h) => {
-                            self.view.remove(h);
-                        }
-                    }
-                    self.log.push(c);
-                }
-            }
+            seen: Observed::default(),
         }
     }
 
@@ -152,7 +132,7 @@ impl Run {
         let deadline = tokio::time::Instant::now() + LIMIT;
         while !done(self) {
             match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                Ok(Some(msg)) => self.apply(msg.event),
+                Ok(Some(msg)) => self.seen.apply(msg.event),
                 Ok(None) => panic!(
                     "registry stopped while waiting for {what}: {:?}",
                     (&mut self.task).await
@@ -171,7 +151,7 @@ impl Run {
     pub(super) async fn settle(&mut self, quiet: Duration) -> Vec<Change> {
         let mark = self.log.len();
         while let Ok(Some(msg)) = tokio::time::timeout(quiet, self.rx.recv()).await {
-            self.apply(msg.event);
+            self.seen.apply(msg.event);
         }
         self.log[mark..].to_vec()
     }

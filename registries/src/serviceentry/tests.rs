@@ -6,7 +6,6 @@ mod crd;
 mod files;
 mod rules;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -18,9 +17,8 @@ use super::store::{Entry, Place};
 use super::validate::{Valid, ValidServiceEntry};
 use super::{ServiceEntryConfig, ServiceEntryRegistry};
 use crate::model::{ClusterId, Hostname, Origin, RegistryId, ServiceState};
-use crate::registry::{
-    Change, Registry, RegistryEvent, RegistryMessage, RegistrySink, RegistryStatus, Rejection,
-};
+use crate::registry::{Change, Registry, RegistryMessage, RegistrySink, RegistryStatus, Rejection};
+use crate::test_util::Observed;
 
 /// The conversion context of these tests.
 pub(super) fn ctx() -> Context {
@@ -64,11 +62,22 @@ pub(super) const LIMIT: Duration = Duration::from_secs(10);
 pub(super) struct Run {
     rx: mpsc::Receiver<RegistryMessage>,
     task: JoinHandle<Result<(), crate::registry::RegistryError>>,
-    pub(super) view: BTreeMap<Hostname, ServiceState>,
-    pub(super) status: RegistryStatus,
-    pub(super) rejected: Vec<Rejection>,
-    pub(super) synced: bool,
-    pub(super) log: Vec<Change>,
+    /// What it reported, as the aggregate would see it (the `Run` derefs to it).
+    seen: Observed,
+}
+
+impl std::ops::Deref for Run {
+    type Target = Observed;
+
+    fn deref(&self) -> &Observed {
+        &self.seen
+    }
+}
+
+impl std::ops::DerefMut for Run {
+    fn deref_mut(&mut self) -> &mut Observed {
+        &mut self.seen
+    }
 }
 
 impl Drop for Run {
@@ -90,36 +99,7 @@ impl Run {
         Self {
             rx,
             task: tokio::spawn(registry.run(sink)),
-            view: BTreeMap::new(),
-            status: RegistryStatus::Healthy,
-            rejected: Vec::new(),
-            synced: false,
-            log: Vec::new(),
-        }
-    }
-
-    fn apply(&mut self, event: RegistryEvent) {
-        match event {
-            RegistryEvent::Synced => {
-                assert!(!self.synced, "Synced is sent once");
-                self.synced = true;
-            }
-            RegistryEvent::Status(s) => self.status = s,
-            RegistryEvent::Rejected(r) => self.rejected = r,
-            RegistryEvent::Changes(changes) => {
-                assert!(!changes.is_empty(), "no empty batches");
-                for c in changes {
-                    match &c {
-                        Change::Upsert(s) => {
-                            self.view.insert(s.service.hostname.clone(), s.clone());
-                        }
-                        Change::Delete(h) => {
-                            self.view.remove(h);
-                        }
-                    }
-                    self.log.push(c);
-                }
-            }
+            seen: Observed::default(),
         }
     }
 
@@ -129,7 +109,7 @@ impl Run {
         while !done(self) {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match tokio::time::timeout(left, self.rx.recv()).await {
-                Ok(Some(m)) => self.apply(m.event),
+                Ok(Some(m)) => self.seen.apply(m.event),
                 Ok(None) => panic!("the registry stopped: {:?}", (&mut self.task).await),
                 Err(_) => panic!(
                     "timed out waiting for {what}; view {:?}, status {:?}, rejected {:?}",
@@ -145,7 +125,7 @@ impl Run {
     pub(super) async fn settle(&mut self, quiet: Duration) -> usize {
         let mark = self.log.len();
         while let Ok(Some(m)) = tokio::time::timeout(quiet, self.rx.recv()).await {
-            self.apply(m.event);
+            self.seen.apply(m.event);
         }
         self.log.len() - mark
     }
