@@ -115,35 +115,16 @@ pub fn merge<'a>(states: impl IntoIterator<Item = &'a ServiceState>) -> Option<M
 mod tests {
     use std::collections::BTreeMap;
 
-    use tributary_registries::{ClusterId, Hostname, Origin, Protocol, ServicePort};
+    use tributary_registries::ClusterId;
 
     use super::*;
 
-    fn origin(r: &str) -> Origin {
-        Origin {
-            registry: RegistryId::new(r),
-            cluster: ClusterId::new(r),
-        }
-    }
-
+    /// `a.example` from registry `r`, with a VIP and a service account of its own.
     fn state(r: &str, port: u16, ips: &[&str]) -> ServiceState {
-        ServiceState {
-            service: Service {
-                ports: vec![ServicePort {
-                    name: "http".into(),
-                    port,
-                    protocol: Protocol::Http,
-                    target_port: None,
-                }],
-                vips: BTreeMap::from([(ClusterId::new(r), vec!["10.0.0.1".parse().unwrap()])]),
-                service_accounts: vec![format!("sa-{r}")],
-                ..Service::new(Hostname::new("a.example").unwrap(), origin(r))
-            },
-            endpoints: ips
-                .iter()
-                .map(|ip| Endpoint::new(ip.to_string(), origin(r)))
-                .collect(),
-        }
+        let mut s = super::super::tests::state(r, "a.example", port, ips);
+        s.service.vips = BTreeMap::from([(ClusterId::new(r), vec!["10.0.0.1".parse().unwrap()])]);
+        s.service.service_accounts = vec![format!("sa-{r}")];
+        s
     }
 
     #[test]

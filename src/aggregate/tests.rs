@@ -17,7 +17,8 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn state(registry: &str, host: &str, port: u16, ips: &[&str]) -> ServiceState {
+/// `host` from `registry` (its cluster named alike): one HTTP port, endpoints at `ips`.
+pub(super) fn state(registry: &str, host: &str, port: u16, ips: &[&str]) -> ServiceState {
     let origin = Origin {
         registry: RegistryId::new(registry),
         cluster: ClusterId::new(registry),
