@@ -402,16 +402,9 @@ async fn rotate_certificates(mode: Rotation) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ca = pki::Ca::new("mesh root");
-    let server = ca.server();
     let spiffe = "spiffe://cluster.local/ns/shop/sa/cart";
     let tls_addr = loopback(free_port());
-    let config = format!(
-        "tls:\n  addr: {tls_addr}\n  cert: {}\n  key: {}\n  client_ca: {}\n  trust_domain: cluster.local\n",
-        pki::write(d, "server.crt", &server.cert).display(),
-        pki::write(d, "server.key", &server.key).display(),
-        pki::write(d, "ca.crt", &ca.pem).display(),
-    );
-    let config_path = pki::write(d, "tributary.yaml", &config);
+    let config_path = ca.write_tls_config(d, tls_addr);
     let backend = Backend::start("web-1").await;
     let port = free_port();
     let listener = loopback(port);
@@ -698,6 +691,15 @@ fn humantime_secs(s: &str) -> u64 {
     n
 }
 
+/// Waits until `vmapp`'s only instance in `fake` is `id`, with check status `status`.
+async fn wait_vmapp(fake: &FakeConsul, id: &str, status: &str) {
+    let want = [(id.to_string(), status.to_string())];
+    eventually(LIMIT, &format!("{id} {status} in Consul"), || async {
+        (consul_health(fake, "vmapp").await == want).then_some(())
+    })
+    .await;
+}
+
 /// `/v1/health/service/<name>` of the fake Consul: (instance id, its check's status) pairs.
 async fn consul_health(fake: &FakeConsul, service: &str) -> Vec<(String, String)> {
     let (_, body) = http_get(
@@ -783,11 +785,7 @@ async fn consul_registration_is_routable_and_follows_the_agent() {
     let args: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut agent = Agent::start(d, "consul", xds, &args);
     agent.wait_ready().await;
-    eventually(LIMIT, "vmapp-1 passing in Consul", || async {
-        (consul_health(&fake, "vmapp").await == [("vmapp-1".into(), "passing".into())])
-            .then_some(())
-    })
-    .await;
+    wait_vmapp(&fake, "vmapp-1", "passing").await;
     let check = &fake.http_checks()[0];
     assert_eq!(check.url, format!("http://{}/healthz/ready", agent.status));
 
@@ -812,18 +810,10 @@ async fn consul_registration_is_routable_and_follows_the_agent() {
     let args: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut agent = Agent::start(d, "consul-2", xds, &args);
     agent.wait_ready().await;
-    eventually(LIMIT, "vmapp-2 passing", || async {
-        (consul_health(&fake, "vmapp").await == [("vmapp-2".into(), "passing".into())])
-            .then_some(())
-    })
-    .await;
+    wait_vmapp(&fake, "vmapp-2", "passing").await;
     let pids = agent.envoy_pids();
     kill9(pids[0]);
     let status = agent.wait_exit(LIMIT);
     assert!(!status.success());
-    eventually(LIMIT, "vmapp-2 critical", || async {
-        (consul_health(&fake, "vmapp").await == [("vmapp-2".into(), "critical".into())])
-            .then_some(())
-    })
-    .await;
+    wait_vmapp(&fake, "vmapp-2", "critical").await;
 }

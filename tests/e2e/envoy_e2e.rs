@@ -8,7 +8,7 @@ use tributary_registries::mock::proto::{Endpoint as EndpointSpec, SetEndpointsRe
 
 use crate::support::harness::{
     Backend, Envoy, Tributary, dynamic_config, eventually, free_port, http_get, loopback, mesh,
-    no_rejections, replace_file, wait_for_backend, warming_drains,
+    move_web, no_rejections, replace_file, wait_for_backend, warming_drains,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,14 +87,7 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
     .await;
 
     // A file edit moves traffic to another endpoint within 1 s.
-    replace_file(&file, &mesh(port, &[b.addr]));
-    let took = wait_for_backend(
-        listener,
-        "web.e2e.local",
-        "backend-b",
-        Duration::from_secs(10),
-    )
-    .await;
+    let took = move_web(&file, port, b.addr, "backend-b").await;
     println!("file edit → traffic moved in {took:?}");
     assert!(
         took < Duration::from_secs(1),
@@ -158,14 +151,7 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
         registryz.contains("degraded"),
         "the bad file shows in /debug/registryz: {registryz}"
     );
-    replace_file(&file, &mesh(port, &[b.addr]));
-    wait_for_backend(
-        listener,
-        "web.e2e.local",
-        "backend-b",
-        Duration::from_secs(10),
-    )
-    .await;
+    move_web(&file, port, b.addr, "backend-b").await;
     no_rejections(&envoy).await;
 }
 

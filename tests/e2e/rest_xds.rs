@@ -11,8 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::harness::{
-    Backend, Envoy, Tributary, free_port, loopback, mesh, no_rejections, replace_file,
-    wait_for_backend,
+    Backend, Envoy, Tributary, free_port, loopback, mesh, move_web, no_rejections, wait_for_backend,
 };
 
 /// A minimal HTTP/1.1 POST of a JSON body; returns (status, body).
@@ -60,14 +59,7 @@ async fn rest_envoy_routes_traffic_and_follows_an_endpoint_change() {
         Duration::from_secs(15),
     )
     .await;
-    replace_file(&file, &mesh(port, &[b.addr]));
-    let took = wait_for_backend(
-        listener,
-        "web.e2e.local",
-        "backend-b",
-        Duration::from_secs(10),
-    )
-    .await;
+    let took = move_web(&file, port, b.addr, "backend-b").await;
     println!("REST: endpoint change → traffic moved in {took:?} (1 s polls)");
     no_rejections(&envoy).await;
     let dump = envoy.config_dump().await.to_string();

@@ -479,6 +479,20 @@ spec:
     )
 }
 
+/// Rewrites the mock `file` so that the [`mesh`] service on `port` has the one endpoint `to`, and
+/// waits (10 s at most) until backend `name` answers through the Envoy listener on `port`.
+/// Returns how long that took.
+pub async fn move_web(file: &Path, port: u16, to: SocketAddr, name: &str) -> Duration {
+    replace_file(file, &mesh(port, &[to]));
+    wait_for_backend(
+        loopback(port),
+        "web.e2e.local",
+        name,
+        Duration::from_secs(10),
+    )
+    .await
+}
+
 /// Replaces the file the way editors do (write elsewhere, rename over).
 pub fn replace_file(path: &std::path::Path, text: &str) {
     let tmp = path.with_extension("tmp");
