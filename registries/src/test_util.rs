@@ -21,7 +21,7 @@
 
 mod observed;
 
-pub use observed::Observed;
+pub use observed::{Observed, Observer};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

@@ -11,15 +11,12 @@ mod scale;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-
 use super::fake::FakeApiServer;
 use super::fake::objects::{self, SliceEndpoint};
 use super::{KubernetesConfig, KubernetesRegistry};
 use crate::model::Hostname;
-use crate::registry::{Change, Registry, RegistryMessage, RegistrySink, RegistryStatus};
-use crate::test_util::Observed;
+use crate::registry::{Change, Registry, RegistryStatus};
+use crate::test_util::Observer;
 
 /// Longest any single expected event may take (shared CI cores, debug build).
 pub(super) const LIMIT: Duration = Duration::from_secs(10);
@@ -86,45 +83,15 @@ impl FakeCluster {
     }
 }
 
+/// Tells the Kubernetes harness's [`Observer`] apart.
+pub(super) enum Kube {}
+
 /// A running registry and what it reported.
-pub(super) struct Run {
-    rx: mpsc::Receiver<RegistryMessage>,
-    task: JoinHandle<Result<(), crate::registry::RegistryError>>,
-    /// The registry's state as the aggregate would see it (the `Run` derefs to it).
-    seen: Observed,
-}
-
-impl std::ops::Deref for Run {
-    type Target = Observed;
-
-    fn deref(&self) -> &Observed {
-        &self.seen
-    }
-}
-
-impl std::ops::DerefMut for Run {
-    fn deref_mut(&mut self) -> &mut Observed {
-        &mut self.seen
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+pub(super) type Run = Observer<Kube>;
 
 impl Run {
     pub(super) fn start(config: KubernetesConfig) -> Self {
-        let registry = Box::new(KubernetesRegistry::new(config));
-        let (tx, rx) = mpsc::channel(1024);
-        let sink = RegistrySink::new(registry.id(), tx);
-        let task = tokio::spawn(registry.run(sink));
-        Self {
-            rx,
-            task,
-            seen: Observed::default(),
-        }
+        Self::launch(Box::new(KubernetesRegistry::new(config)))
     }
 
     /// Applies events until `done` holds; panics after [`LIMIT`].
@@ -132,7 +99,7 @@ impl Run {
         let deadline = tokio::time::Instant::now() + LIMIT;
         while !done(self) {
             match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                Ok(Some(msg)) => self.seen.apply(msg.event),
+                Ok(Some(msg)) => self.apply(msg.event),
                 Ok(None) => panic!(
                     "registry stopped while waiting for {what}: {:?}",
                     (&mut self.task).await
@@ -151,7 +118,7 @@ impl Run {
     pub(super) async fn settle(&mut self, quiet: Duration) -> Vec<Change> {
         let mark = self.log.len();
         while let Ok(Some(msg)) = tokio::time::timeout(quiet, self.rx.recv()).await {
-            self.seen.apply(msg.event);
+            self.apply(msg.event);
         }
         self.log[mark..].to_vec()
     }

@@ -9,7 +9,6 @@ mod rules;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use super::convert::Context;
 use super::parse::{Document, parse_document};
@@ -17,8 +16,8 @@ use super::store::{Entry, Place};
 use super::validate::{Valid, ValidServiceEntry};
 use super::{ServiceEntryConfig, ServiceEntryRegistry};
 use crate::model::{ClusterId, Hostname, Origin, RegistryId, ServiceState};
-use crate::registry::{Change, Registry, RegistryMessage, RegistrySink, RegistryStatus, Rejection};
-use crate::test_util::Observed;
+use crate::registry::{Change, Registry, RegistrySink, RegistryStatus, Rejection};
+use crate::test_util::Observer;
 
 /// The conversion context of these tests.
 pub(super) fn ctx() -> Context {
@@ -58,33 +57,11 @@ pub(super) fn valid_se(yaml: &str) -> ValidServiceEntry {
 /// HTTP fake share CI cores.
 pub(super) const LIMIT: Duration = Duration::from_secs(10);
 
+/// Tells the ServiceEntry harness's [`Observer`] apart.
+pub(super) enum Entries {}
+
 /// A running registry and what it has reported.
-pub(super) struct Run {
-    rx: mpsc::Receiver<RegistryMessage>,
-    task: JoinHandle<Result<(), crate::registry::RegistryError>>,
-    /// What it reported, as the aggregate would see it (the `Run` derefs to it).
-    seen: Observed,
-}
-
-impl std::ops::Deref for Run {
-    type Target = Observed;
-
-    fn deref(&self) -> &Observed {
-        &self.seen
-    }
-}
-
-impl std::ops::DerefMut for Run {
-    fn deref_mut(&mut self) -> &mut Observed {
-        &mut self.seen
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+pub(super) type Run = Observer<Entries>;
 
 impl Run {
     pub(super) fn start(config: ServiceEntryConfig) -> Self {
@@ -93,14 +70,7 @@ impl Run {
 
     /// Starts `registry` as it is (with a rule publisher, say).
     pub(super) fn start_registry(registry: ServiceEntryRegistry) -> Self {
-        let registry = Box::new(registry);
-        let (tx, rx) = mpsc::channel(1024);
-        let sink = RegistrySink::new(registry.id(), tx);
-        Self {
-            rx,
-            task: tokio::spawn(registry.run(sink)),
-            seen: Observed::default(),
-        }
+        Self::launch(Box::new(registry))
     }
 
     /// Applies events until `done` holds; panics after [`LIMIT`].
@@ -109,7 +79,7 @@ impl Run {
         while !done(self) {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match tokio::time::timeout(left, self.rx.recv()).await {
-                Ok(Some(m)) => self.seen.apply(m.event),
+                Ok(Some(m)) => self.apply(m.event),
                 Ok(None) => panic!("the registry stopped: {:?}", (&mut self.task).await),
                 Err(_) => panic!(
                     "timed out waiting for {what}; view {:?}, status {:?}, rejected {:?}",
@@ -125,7 +95,7 @@ impl Run {
     pub(super) async fn settle(&mut self, quiet: Duration) -> usize {
         let mark = self.log.len();
         while let Ok(Some(m)) = tokio::time::timeout(quiet, self.rx.recv()).await {
-            self.seen.apply(m.event);
+            self.apply(m.event);
         }
         self.log.len() - mark
     }

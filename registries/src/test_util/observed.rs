@@ -3,9 +3,58 @@
 //! record, which also checks origins and REG-5).
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
+
+use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::model::{Hostname, ServiceState};
-use crate::registry::{Change, RegistryEvent, RegistryStatus, Rejection};
+use crate::registry::{
+    Change, Registry, RegistryError, RegistryEvent, RegistryMessage, RegistrySink, RegistryStatus,
+    Rejection,
+};
+
+/// Room for a registry's events in the adapters' tests: more than any test produces.
+const EVENTS: usize = 1024;
+
+/// A registry running on its own task (aborted on drop), the channel of what it reports, and
+/// the fold of what has been read from it (the `Observer` derefs to its [`Observed`]). `A` only
+/// tells the adapters' harnesses apart, so that each adds its own methods (`impl Observer<Kube>`).
+pub struct Observer<A> {
+    /// What the registry reported and the test has not read yet.
+    pub rx: mpsc::Receiver<RegistryMessage>,
+    /// The registry's task.
+    pub task: AbortOnDropHandle<Result<(), RegistryError>>,
+    seen: Observed,
+    adapter: PhantomData<A>,
+}
+
+impl<A> Observer<A> {
+    /// Runs `registry` on a task of its own.
+    pub fn launch(registry: Box<dyn Registry>) -> Self {
+        let (tx, rx) = mpsc::channel(EVENTS);
+        let sink = RegistrySink::new(registry.id(), tx);
+        Self {
+            rx,
+            task: AbortOnDropHandle::new(tokio::spawn(registry.run(sink))),
+            seen: Observed::default(),
+            adapter: PhantomData,
+        }
+    }
+
+    /// Folds in one event read from [`Self::rx`].
+    pub fn apply(&mut self, event: RegistryEvent) {
+        self.seen.apply(event);
+    }
+}
+
+impl<A> std::ops::Deref for Observer<A> {
+    type Target = Observed;
+
+    fn deref(&self) -> &Observed {
+        &self.seen
+    }
+}
 
 /// The state a registry's events add up to.
 #[derive(Debug)]
