@@ -17,6 +17,7 @@ use tributary_registries::mock::MockConfig;
 
 use crate::aggregate::DebounceSettings;
 use crate::control_api::ControlApiConfig;
+use crate::mcp::McpSettings;
 use crate::tls::TlsConfig;
 
 mod admin;
@@ -101,6 +102,9 @@ pub struct Config {
     pub from_file: bool,
     /// Serve the mock registry's control API on its own listener. Unset: not served at all.
     pub control_api: Option<ControlApiConfig>,
+    /// Serve every registry's services to istiod as MCP collections (ServiceEntry,
+    /// WorkloadEntry) on the xDS ports (`docs/mcp.md`, "Serve"). Off by default.
+    pub mcp: McpSettings,
 }
 
 impl Default for Config {
@@ -121,6 +125,7 @@ impl Default for Config {
             admin: AdminSettings::default(),
             from_file: false,
             control_api: None,
+            mcp: McpSettings::default(),
         }
     }
 }
@@ -248,8 +253,12 @@ impl Config {
         }
         config_source::registry_configs(&self.config_sources)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let all = self.all_registries();
+        self.mcp
+            .validate(all.iter().map(RegistryConfig::name))
+            .map_err(ConfigError::Invalid)?;
         let mut names = std::collections::BTreeSet::new();
-        for r in &self.all_registries() {
+        for r in &all {
             r.validate()
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             let name = r.name();

@@ -47,6 +47,7 @@ internal_modules!(
     config,
     control_api,
     envoy,
+    mcp,
     runtime,
     snapshot,
     tls,

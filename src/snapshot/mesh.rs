@@ -26,6 +26,7 @@ use super::{BuildInput, Snapshot, SnapshotBuilder, SnapshotStore};
 use crate::aggregate::{MergedService, PushRequest};
 use crate::envoy::rules::{self, RouteContext, RuleIndex, TrafficOptions};
 use crate::envoy::{self, ConfigIssue, EncodedResource, GenerateOptions, ResourceType};
+use crate::mcp::{self, McpSettings};
 
 /// The default listener bind address; other addresses are per-node variants.
 const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
@@ -33,7 +34,7 @@ const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 /// What generated a resource or an issue.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Owner {
-    /// Clusters and load assignments of one service.
+    /// Clusters and load assignments of one service, and its MCP resources.
     Host(Hostname),
     /// The listener and route configuration of one port.
     Port(u16),
@@ -52,6 +53,8 @@ pub struct MeshBuilder {
     /// The traffic rules in force, indexed by host.
     rules: RuleIndex,
     traffic: TrafficOptions,
+    /// The MCP collections to build for istiod; `None` when not served.
+    mcp: Option<McpSettings>,
 }
 
 impl MeshBuilder {
@@ -66,7 +69,15 @@ impl MeshBuilder {
             issues: BTreeMap::new(),
             rules: RuleIndex::default(),
             traffic: TrafficOptions::default(),
+            mcp: None,
         }
+    }
+
+    /// Also builds each service's MCP resources (ServiceEntry, WorkloadEntries) for istiod, when
+    /// `settings.enabled`.
+    pub fn with_mcp(mut self, settings: McpSettings) -> Self {
+        self.mcp = settings.enabled.then_some(settings);
+        self
     }
 
     /// Sets what rules generate that they do not say themselves (istiod's default retries).
@@ -149,8 +160,8 @@ impl MeshBuilder {
         self.finish(input, dirty_ports, issues_changed)
     }
 
-    /// Regenerates the clusters, load assignments and API listeners of `host`; whether its issues
-    /// changed.
+    /// Regenerates the clusters, load assignments, MCP resources and API listeners of `host`;
+    /// whether its issues changed.
     fn regenerate_host(
         &mut self,
         host: &Hostname,
@@ -168,6 +179,9 @@ impl MeshBuilder {
                 &self.options,
                 &mut issues,
             ));
+            if let Some(settings) = &self.mcp {
+                resources.extend(mcp::resources_for(svc, settings));
+            }
         }
         self.replace(Owner::Host(host.clone()), resources, input);
         let api = svc.map(|s| envoy::api_listeners_for(s));

@@ -37,8 +37,10 @@ pub(crate) struct Shared {
     pub max_decoding_message_size: usize,
     pub identity: IdentityMapping,
     pub trust_domain: Option<Arc<str>>,
+    pub serve_mcp: bool,
     pub full_sets: Arc<FullSetCache>,
     pub names: Arc<SharedNames>,
+    pub eds_warm_wait: std::time::Duration,
 }
 
 type Request = http::Request<tonic::body::Body>;
@@ -88,8 +90,10 @@ impl Shared {
             fixed,
             peer,
             auth,
+            serve_mcp: self.serve_mcp,
             full_sets: Arc::clone(&self.full_sets),
             names: Arc::clone(&self.names),
+            eds_warm_wait: self.eds_warm_wait,
         };
         let span = tracing::info_span!("xds_stream", method, peer = ?peer);
         let limit = self.max_decoding_message_size;

@@ -20,7 +20,7 @@ use super::*;
 use crate::envoy::fixtures::{decode, ep, merged, port, rule_meta as meta};
 use crate::envoy::{ConfigIssue, GenerateOptions};
 
-fn dr(yaml: &str) -> Arc<Rule<DestinationRule>> {
+pub(super) fn dr(yaml: &str) -> Arc<Rule<DestinationRule>> {
     Arc::new(Rule {
         meta: meta("dr"),
         spec: serde_yaml::from_str(yaml).expect("destination rule"),
