@@ -23,9 +23,11 @@ use crate::tls::TlsConfig;
 mod admin;
 mod bounds;
 mod server;
+mod traffic;
 
 pub use admin::AdminSettings;
 pub use server::{ConnectionSettings, ShutdownSettings};
+pub use traffic::TrafficSettings;
 /// One registry to run; each adapter owns its variant's settings, checks and build.
 pub use tributary_registries::RegistryConfig;
 
@@ -102,6 +104,8 @@ pub struct Config {
     pub from_file: bool,
     /// Serve the mock registry's control API on its own listener. Unset: not served at all.
     pub control_api: Option<ControlApiConfig>,
+    /// What traffic rules generate that they do not say themselves (the default retry policy).
+    pub traffic: TrafficSettings,
     /// Serve every registry's services to istiod as MCP collections (ServiceEntry,
     /// WorkloadEntry) on the xDS ports (`docs/mcp.md`, "Serve"). Off by default.
     pub mcp: McpSettings,
@@ -125,6 +129,7 @@ impl Default for Config {
             admin: AdminSettings::default(),
             from_file: false,
             control_api: None,
+            traffic: TrafficSettings::default(),
             mcp: McpSettings::default(),
         }
     }
@@ -253,6 +258,7 @@ impl Config {
         }
         config_source::registry_configs(&self.config_sources)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        self.traffic.validate().map_err(ConfigError::Invalid)?;
         let all = self.all_registries();
         self.mcp
             .validate(all.iter().map(RegistryConfig::name))

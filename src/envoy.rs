@@ -23,7 +23,7 @@ pub mod rules;
 pub use api_listener::{api_listener_name, api_listeners_for};
 pub use cluster::clusters_for;
 pub use endpoint::load_assignments_for;
-pub use listener::listener_for_port;
+pub use listener::{listener_for_port, listener_with_l4};
 pub use naming::{cluster_name, subset_cluster_name};
 pub use resource::{ContentHash, EncodedResource};
 pub(crate) use resource::{put_string_field, string_field_len};
@@ -31,7 +31,7 @@ pub use rest_source::{
     REST_REFRESH_DELAY, REST_XDS_CLUSTER, RestSourceError, for_rest, rest_config_source,
 };
 pub use route::route_config_for_port;
-pub use route::{RouteSource, route_config_with_rules};
+pub use route::{RouteSource, route_config_with_extra, route_config_with_rules};
 
 use std::fmt;
 use std::time::Duration;

@@ -266,7 +266,9 @@ async fn start_inner(
         send_unhealthy_endpoints: config.send_unhealthy_endpoints,
         connect_timeout: config.connect_timeout,
     };
-    let mesh = MeshBuilder::new(options).with_mcp(config.mcp.clone());
+    let mesh = MeshBuilder::new(options)
+        .with_mcp(config.mcp.clone())
+        .with_traffic_options(config.traffic.options());
     let t = tasks.spawn(
         cancellable(
             faults.wrap(

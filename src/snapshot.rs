@@ -20,7 +20,7 @@ mod version;
 
 pub use builder::{BuildInput, SnapshotBuilder};
 pub use history::{ChangeSet, Changes, HISTORY_LEN};
-pub use listeners::{ListenerInputs, PortIndex};
+pub use listeners::{L4Index, ListenerInputs, PortIndex};
 pub use locality::{LocalityId, MAX_PROXY_LOCALITIES};
 pub use mesh::{MeshBuilder, run_builder};
 pub use store::SnapshotStore;

@@ -7,6 +7,7 @@
 //! requests has a standard deviation of 0.67 %, well inside ±3 %; a 50 % abort over 1,000 has
 //! 1.6 %, inside ±5 %.
 
+mod l4;
 mod scenario;
 mod upstream;
 
@@ -321,6 +322,27 @@ async fn delta_split_header_match_and_canary_shift() {
     let mesh = Mesh::with_dir(Mode::Delta, &initial()).await;
     split_and_header_match(&mesh).await;
     canary_shift_under_load(&mesh).await;
+}
+
+fn with_l4_rules() -> Vec<String> {
+    let mut rules = initial();
+    rules.extend(l4::tcp_rules(100));
+    rules.push(l4::external_name());
+    rules
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sotw_tcp_split_and_external_name_from_an_edited_file() {
+    let mesh = Mesh::with_dir(Mode::Sotw, &with_l4_rules()).await;
+    l4::an_external_name_reaches_the_mesh_service(&mesh).await;
+    l4::tcp_split_moves_when_the_file_changes(&mesh).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_tcp_split_and_external_name_from_an_edited_file() {
+    let mesh = Mesh::with_dir(Mode::Delta, &with_l4_rules()).await;
+    l4::an_external_name_reaches_the_mesh_service(&mesh).await;
+    l4::tcp_split_moves_when_the_file_changes(&mesh).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
