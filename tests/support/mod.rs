@@ -163,16 +163,21 @@ impl TestServer {
             .unwrap()
     }
 
-    /// An ADS client whose HTTP/2 receive windows are `window` bytes, so a client that stops
-    /// reading stalls the server after that much (TRANS-1, SOTW-35).
-    pub async fn ads_with_window(&self, node: &str, window: u32) -> XdsClient {
-        let ch = Channel::from_shared(format!("http://{}", self.addr))
+    /// A channel whose HTTP/2 receive windows are `window` bytes.
+    async fn channel_with_window(&self, window: u32) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
             .unwrap()
             .initial_stream_window_size(window)
             .initial_connection_window_size(window)
             .connect()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// An ADS client whose HTTP/2 receive windows are `window` bytes, so a client that stops
+    /// reading stalls the server after that much (TRANS-1, SOTW-35).
+    pub async fn ads_with_window(&self, node: &str, window: u32) -> XdsClient {
+        let ch = self.channel_with_window(window).await;
         let (tx, rx) = mpsc::channel(64);
         let mut client =
             AggregatedDiscoveryServiceClient::new(ch).max_decoding_message_size(64 * 1024 * 1024);
