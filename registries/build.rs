@@ -1,5 +1,6 @@
-//! Compiles the project's own protobuf APIs (today: the mock registry's control service) with
-//! `protox`, so building needs no `protoc`.
+//! Compiles the protobuf APIs with `protox`, so building needs no `protoc`: the project's own (the
+//! mock registry's control service) and Istio's vendored MCP and networking protos
+//! (`proto/istio`, MCP-over-xDS).
 
 #![allow(
     clippy::disallowed_methods,
@@ -10,6 +11,15 @@ use std::error::Error;
 
 const PROTO_ROOT: &str = "../proto";
 const MOCK_PROTO: &str = "../proto/tributary/mock/v1/mock.proto";
+const ISTIO_ROOT: &str = "../proto/istio";
+/// The Istio files the types are generated from; what they import comes along.
+const ISTIO_PROTOS: &[&str] = &[
+    "mcp/v1alpha1/resource.proto",
+    "networking/v1alpha3/service_entry.proto",
+    "networking/v1alpha3/workload_entry.proto",
+    "networking/v1alpha3/destination_rule.proto",
+    "networking/v1alpha3/virtual_service.proto",
+];
 
 fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed={PROTO_ROOT}");
@@ -21,5 +31,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;
+
+    let istio = protox::compile(ISTIO_PROTOS, [ISTIO_ROOT])?;
+    // Embedded for the JSON mapping of MCP bodies (`istio_api`).
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("istio_descriptor.bin");
+    std::fs::write(out, prost::Message::encode_to_vec(&istio))?;
+    prost_build::Config::new().compile_fds(istio)?;
     Ok(())
 }

@@ -7,6 +7,8 @@
 //!   initial listing is complete, plus its health;
 //! - the adapters themselves, one folder each: [`mock`], [`kubernetes`], [`consul`] and
 //!   [`serviceentry`], each owning its config (serde, validation, environment) and a `build`;
+//! - [`istio_api`]: Istio's MCP and networking protos (generated) and the bridge between an MCP
+//!   body and the YAML-shaped types;
 //! - [`RegistryConfig`]: one variant per adapter ([`AdapterConfig`]), what the config file's
 //!   `registries:` list holds;
 //! - `support` (private): what several adapters share (retry backoff, rate limits, the kube client,
@@ -25,6 +27,7 @@ pub mod config_source;
 pub mod config_store;
 pub mod consul;
 pub mod duration;
+pub mod istio_api;
 pub mod kubernetes;
 pub mod metrics;
 pub mod mock;
