@@ -175,8 +175,9 @@ pub fn body_to_spec(collection: &Collection, bytes: &[u8]) -> Result<Value, Body
 /// The encoded body of `collection`'s message for a `spec:` as YAML holds it.
 pub fn spec_to_body(collection: &Collection, spec: &Value) -> Result<Vec<u8>, BodyError> {
     let message = collection.message;
-    let parsed = DynamicMessage::deserialize_with_options(descriptor(collection), spec, &DESERIALIZE)
-        .map_err(|source| BodyError::Json { message, source })?;
+    let parsed =
+        DynamicMessage::deserialize_with_options(descriptor(collection), spec, &DESERIALIZE)
+            .map_err(|source| BodyError::Json { message, source })?;
     Ok(prost::Message::encode_to_vec(&parsed))
 }
 
@@ -216,9 +217,15 @@ mod tests {
         let typed = net::ServiceEntry::decode(body.as_slice()).expect("generated type decodes it");
         assert_eq!(typed.hosts, ["api.example.com"]);
         assert_eq!(typed.ports[0].number, 443);
-        assert_eq!(typed.resolution, net::service_entry::Resolution::Static as i32);
+        assert_eq!(
+            typed.resolution,
+            net::service_entry::Resolution::Static as i32
+        );
         assert_eq!(typed.endpoints[0].weight, 3);
-        assert_eq!(body_to_spec(&SERVICE_ENTRY, &body).expect("maps back"), spec);
+        assert_eq!(
+            body_to_spec(&SERVICE_ENTRY, &body).expect("maps back"),
+            spec
+        );
     }
 
     #[test]
@@ -231,7 +238,10 @@ mod tests {
             },
         });
         let body = spec_to_body(&DESTINATION_RULE, &spec).expect("maps");
-        assert_eq!(body_to_spec(&DESTINATION_RULE, &body).expect("maps back"), spec);
+        assert_eq!(
+            body_to_spec(&DESTINATION_RULE, &body).expect("maps back"),
+            spec
+        );
     }
 
     #[test]
