@@ -105,6 +105,13 @@ impl TestServer {
         s
     }
 
+    /// A server whose CDS is ten 100 KiB clusters `c0`..`c9` (1 MiB: a client with a 64 KiB window
+    /// that stops reading stalls the stream on it, SOTW-35), plus `extra`.
+    pub async fn start_behind_big_cds(extra: Vec<EncodedResource>) -> Self {
+        let big = (0..10).map(|i| resources::big_cluster(&format!("c{i}"), 100 * 1024));
+        Self::start(big.chain(extra).collect()).await
+    }
+
     /// A server whose store has no snapshot yet (registries not synced).
     pub async fn start_unready() -> Self {
         Self::start_with(XdsOptions::default()).await

@@ -587,15 +587,8 @@ async fn delta_06_08_recalled_change_survives_an_unsubscribe() {
     // holds the next (RDS) and the EDS response carrying s's change waits in the stream's slot.
     // The client then drops t: the staged response is taken back (INV-5). Dropping t owes nothing
     // (DELTA-6), but s's change still must reach the client without any further snapshot.
-    let big: Vec<_> = (0..10)
-        .map(|i| big_cluster(&format!("c{i}"), 100 * 1024))
-        .collect();
-    let s = TestServer::start(
-        big.into_iter()
-            .chain([cla("s", 1), cla("t", 1), route("r", "c0")])
-            .collect(),
-    )
-    .await;
+    let s =
+        TestServer::start_behind_big_cds(vec![cla("s", 1), cla("t", 1), route("r", "c0")]).await;
     let mut c = s.delta_ads_with_window("n", 64 * 1024).await;
     c.subscribe(EDS, &["s", "t"]).await;
     let n1 = c.expect(EDS, &["s", "t"], &[]).await;
