@@ -12,6 +12,7 @@
 mod builder;
 mod history;
 mod listeners;
+mod locality;
 mod mesh;
 pub(crate) mod metrics;
 mod store;
@@ -20,6 +21,7 @@ mod version;
 pub use builder::{BuildInput, SnapshotBuilder};
 pub use history::{ChangeSet, Changes, HISTORY_LEN};
 pub use listeners::{ListenerInputs, PortIndex};
+pub use locality::{LocalityId, MAX_PROXY_LOCALITIES};
 pub use mesh::{MeshBuilder, run_builder};
 pub use store::SnapshotStore;
 pub use version::TypeVersion;
@@ -103,9 +105,12 @@ pub struct Snapshot {
     /// recorded in the history under [`ResourceType::Listener`]; the names never collide with
     /// Envoy's `0.0.0.0_<port>` listeners.
     pub(crate) api_listeners: Arc<TypeResources>,
+    /// Load assignments that differ by proxy locality, and their variants per locality.
+    pub(crate) located: locality::LocatedEndpoints,
 }
 
-/// Which variant of the per-node resources a client sees. Only LDS differs between views.
+/// Which variant of the per-node resources a client sees. LDS differs by bind address and client
+/// kind, EDS by proxy locality.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum View {
     /// An Envoy whose listeners bind to `0.0.0.0`.
@@ -115,12 +120,33 @@ pub enum View {
     Bound(IpAddr),
     /// A proxyless gRPC client: LDS holds the API listeners, never Envoy's socket listeners.
     Proxyless,
+    /// Any of the above (`bind`, `proxyless` as there) for a node in `locality`: its EDS is that
+    /// locality's variant (`localityLbSetting`).
+    Located {
+        /// Where its listeners bind (`None` = `0.0.0.0`).
+        bind: Option<IpAddr>,
+        /// Whether it is a proxyless gRPC client.
+        proxyless: bool,
+        /// Its locality.
+        locality: LocalityId,
+    },
 }
 
 impl View {
     /// The Envoy view for listeners bound to `bind` (`None` = the default `0.0.0.0`).
     pub fn bound(bind: Option<IpAddr>) -> Self {
         bind.map_or(View::Envoy, View::Bound)
+    }
+
+    /// This view without its locality: what decides everything but EDS.
+    pub fn without_locality(self) -> Self {
+        match self {
+            View::Located {
+                proxyless: true, ..
+            } => View::Proxyless,
+            View::Located { bind, .. } => View::bound(bind),
+            other => other,
+        }
     }
 }
 
@@ -135,12 +161,22 @@ impl Snapshot {
     /// default's, and API listener changes are in the same history, so change tracking is shared.
     pub fn resources_for(&self, ty: ResourceType, view: View) -> Arc<TypeResources> {
         match (ty, view) {
+            (ResourceType::Endpoint, View::Located { locality, .. }) => {
+                self.located.for_locality(locality, &self.types[ty.index()])
+            }
+            (_, View::Located { .. }) => self.resources_for(ty, view.without_locality()),
             (ResourceType::Listener, View::Bound(ip)) => {
                 self.listeners.bound_to(ip, self.resources(ty))
             }
             (ResourceType::Listener, View::Proxyless) => Arc::clone(&self.api_listeners),
             _ => Arc::clone(&self.types[ty.index()]),
         }
+    }
+
+    /// How many per-locality EDS variants this snapshot has built: one per distinct proxy
+    /// locality that asked, however many proxies share it.
+    pub fn locality_variants_built(&self) -> u64 {
+        self.located.built()
     }
 
     /// The API listeners proxyless gRPC clients see.

@@ -22,7 +22,9 @@
 //! hand-off slot to the body. It never keeps a copy of what it sent: responses are built from the
 //! newest snapshot when the client has room, and a stuck client pins at most the responses already
 //! handed to h2/hyper and one staged. ADS streams also hold the snapshot their last CDS response
-//! came from (shared structure) for make-before-break removals (SOTW-31).
+//! came from (shared structure) for make-before-break removals (SOTW-31), and the names of clusters
+//! CDS added whose EDS has not gone out yet (listeners and routes wait for it, bounded by
+//! [`XdsOptions::eds_warm_wait`]; `warming.rs`).
 //!
 //! A delta stream keeps the same per-type records, with the client's view held as a shared
 //! reference to the map its last response came from instead of SotW's owed-name sets (`delta/state.rs`).
@@ -69,6 +71,7 @@ mod service;
 mod sotw;
 mod stream;
 mod subscription;
+mod warming;
 
 #[cfg(test)]
 pub(crate) use connections::Registration;
@@ -80,6 +83,7 @@ pub use request::{MAX_NAME_BYTES, MAX_NAMES_PER_REQUEST};
 pub use rest::RestService;
 pub use service::{AdsService, CdsService, EdsService, LdsService, RdsService};
 pub use subscription::{Change, SotwNames, Subscription, WILDCARD};
+pub use warming::DEFAULT_EDS_WARM_WAIT;
 
 use std::sync::Arc;
 
@@ -102,6 +106,10 @@ pub struct XdsOptions {
     pub identity: crate::tls::IdentityMapping,
     /// Accept only SPIFFE IDs of this trust domain.
     pub trust_domain: Option<String>,
+    /// Over ADS, how long listeners and routes wait for the EDS of clusters a push added before they
+    /// go anyway (make-before-break, SOTW-31; see `warming.rs` in this module). Zero turns the wait
+    /// off.
+    pub eds_warm_wait: std::time::Duration,
 }
 
 impl Default for XdsOptions {
@@ -110,6 +118,7 @@ impl Default for XdsOptions {
             max_decoding_message_size: DEFAULT_MAX_DECODING_MESSAGE_SIZE,
             identity: crate::tls::IdentityMapping::default(),
             trust_domain: None,
+            eds_warm_wait: DEFAULT_EDS_WARM_WAIT,
         }
     }
 }
@@ -150,6 +159,7 @@ impl XdsServer {
                 trust_domain: options.trust_domain.map(Arc::from),
                 full_sets: Arc::default(),
                 names: Arc::default(),
+                eds_warm_wait: options.eds_warm_wait,
             }),
         }
     }

@@ -72,6 +72,7 @@ async fn get(state: &AdminState, uri: &str, token: Option<&str>) -> (StatusCode,
 /// Registers a connected proxy subscribed to CDS (wildcard) and to EDS for `eds_names`.
 fn connect(c: &Connections, id: &str, eds_names: &[&str]) -> crate::xds::Registration {
     let node = NodeInfo {
+        locality: None,
         id: Arc::from(id),
         cluster: Arc::from("web.shop"),
         metadata: None,

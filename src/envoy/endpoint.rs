@@ -23,7 +23,7 @@ use super::{ConfigIssue, EncodedResource, GenerateOptions, ResourceType};
 use crate::aggregate::MergedService;
 
 /// Prefix that marks an endpoint address as a Unix domain socket path.
-const UNIX_PREFIX: &str = "unix://";
+pub(super) const UNIX_PREFIX: &str = "unix://";
 
 /// The CLAs of `svc`, one per distinct port, for `Static` services; nothing for other resolutions
 /// (their clusters carry endpoints inline or need none).

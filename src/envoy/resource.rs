@@ -14,6 +14,7 @@ use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 
 use super::ResourceType;
+use super::rules::LocalityInput;
 
 /// A content-derived version: the same bytes give the same version on every replica and restart
 /// (SOTW-7, DELTA-13, TRANS-12).
@@ -60,6 +61,9 @@ pub struct EncodedResource {
     /// and length of the `Resource`, its `version` (1) and `name` (3), then the key and length of
     /// its `resource` (2), whose value is [`Self::any_bytes`].
     delta_head: Bytes,
+    /// For a load assignment that differs by proxy locality: what each locality's variant is made
+    /// from (`crate::snapshot` builds them). `None` for every other resource.
+    pub(crate) located: Option<Arc<LocalityInput>>,
 }
 
 impl EncodedResource {
@@ -97,7 +101,23 @@ impl EncodedResource {
             version: Arc::from(version),
             sotw_entry,
             any_offset: prefix_len,
+            located: None,
         }
+    }
+
+    /// Encodes the load assignment of `input` as proxies without a locality get it, keeping
+    /// `input` for the per-locality variants. Its version also covers the parts of `input` the
+    /// bytes do not show (the setting, the endpoints' priority labels), so that changing them is a
+    /// change of the resource even when these bytes stay the same.
+    pub(crate) fn encode_located(name: &str, input: LocalityInput) -> Self {
+        let mut r = Self::encode(ResourceType::Endpoint, name, &input.cla);
+        let salt = xxhash_rust::xxh3::xxh3_128(input.fingerprint().as_bytes());
+        r.hash = ContentHash(r.hash.0 ^ salt);
+        let version = r.hash.to_string();
+        r.delta_head = delta_head(&version, name, r.encoded_len());
+        r.version = Arc::from(version);
+        r.located = Some(Arc::new(input));
+        r
     }
 
     /// The two chunks of this resource's delta `resources` entry: the head, then the shared `Any`.
@@ -177,7 +197,10 @@ impl fmt::Debug for EncodedResource {
 
 impl PartialEq for EncodedResource {
     fn eq(&self, other: &Self) -> bool {
-        self.ty == other.ty && self.name == other.name && self.sotw_entry == other.sotw_entry
+        self.ty == other.ty
+            && self.name == other.name
+            && self.hash == other.hash
+            && self.sotw_entry == other.sotw_entry
     }
 }
 

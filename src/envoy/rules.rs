@@ -8,12 +8,14 @@
 //! - `cluster`: the service's clusters with the policy applied, plus one subset cluster
 //!   `outbound|<port>|<subset>|<host>` per subset, whose EDS holds only the endpoints whose labels
 //!   match;
+//! - `locality`: `localityLbSetting` → EDS priorities and locality weights for a proxy locality;
 //! - `route`: a VirtualService's HTTP routes → the routes of the service's virtual host.
 //!
 //! Like the rest of `envoy`, pure functions: the snapshot builder decides what to regenerate.
 
 mod cluster;
 mod index;
+mod locality;
 mod policy;
 mod route;
 
@@ -22,6 +24,7 @@ mod tests;
 
 pub use cluster::{clusters_with_rule, load_assignments_with_rule};
 pub use index::RuleIndex;
+pub use locality::{LocalityInput, locality_matches};
 pub(crate) use route::{CORS_FILTER, FAULT_FILTER};
 pub use route::{DEFAULT_RETRY_ON, RouteContext, TrafficOptions, virtual_service_routes};
 

@@ -13,6 +13,7 @@ use tributary_registries::Hostname;
 
 use super::history::{ChangeSet, History};
 use super::listeners::{BoundListeners, ListenerInputs};
+use super::locality::LocatedEndpoints;
 use super::{Entry, Snapshot, TypeResources};
 use crate::aggregate::MergedService;
 use crate::envoy::{ConfigIssue, EncodedResource, ResourceType};
@@ -58,6 +59,11 @@ impl SnapshotBuilder {
     /// Applies `input` to the previous snapshot. Returns the new snapshot, or `None` when nothing
     /// actually changed (no push must follow, SOTW-28); the very first build always returns one.
     pub fn build(&mut self, input: BuildInput) -> Option<Arc<Snapshot>> {
+        let mut located = self
+            .prev
+            .as_ref()
+            .map(|p| p.located.names())
+            .unwrap_or_default();
         let (seq, mut types, history, mut services, issues, listener_inputs, mut api) =
             match &self.prev {
                 Some(p) => (
@@ -84,9 +90,16 @@ impl SnapshotBuilder {
             ..Default::default()
         };
         for (ty, name) in input.removes {
+            if ty == ResourceType::Endpoint {
+                located.remove(&name);
+            }
             remove(&mut types[ty.index()], &mut set, ty, &name);
         }
         for resource in input.upserts {
+            match resource.located {
+                Some(_) => located.insert(Arc::clone(&resource.name)),
+                None => located.remove(&resource.name),
+            };
             upsert(&mut types[resource.ty.index()], &mut set, seq, resource);
         }
         // API listeners share the Listener history: their names never collide with Envoy's.
@@ -129,6 +142,12 @@ impl SnapshotBuilder {
             issues,
             listeners: BoundListeners::new(listener_inputs),
             api_listeners: Arc::new(api),
+            located: LocatedEndpoints::next(
+                located,
+                self.prev
+                    .as_ref()
+                    .map(|p| (&p.located, &p.types[ResourceType::Endpoint.index()])),
+            ),
         });
         self.prev = Some(Arc::clone(&snapshot));
         Some(snapshot)

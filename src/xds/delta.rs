@@ -13,7 +13,8 @@
 //! copying it is explained there). What follows CDS: over ADS, clusters a CDS response changed get
 //! their EDS resent right after it: Envoy re-warms an updated cluster and waits for its assignment
 //! (SOTW-32; Envoy issue 31535 shows the outage when a delta server leaves it out). A CDS response
-//! told to hold removals defers them to the end of the push (SOTW-31). Not supported: aliases and
+//! told to hold removals defers them to the end of the push (SOTW-31); the clusters it added (not
+//! in the map the previous one came from) go to the stream's warming gate (`warming.rs`). Not supported: aliases and
 //! resource locators (treated as unknown names, DELTA-15/18), TTLs (DELTA-20).
 
 mod state;
@@ -182,12 +183,38 @@ impl Protocol for Delta {
         built.change_driven
     }
 
-    fn after_cds(&mut self, built: &DeltaBuilt, _snap: &Arc<Snapshot>, ads: bool) {
-        if ads {
-            // SOTW-32 for delta: re-warmed clusters need their assignment again.
-            let clusters = built.resources.iter().map(|r| Arc::clone(&r.name));
-            self.types[ResourceType::Endpoint.index()].owe(clusters);
+    fn after_cds(
+        &mut self,
+        built: &DeltaBuilt,
+        snap: &Arc<Snapshot>,
+        view: View,
+        ads: bool,
+    ) -> Vec<Arc<str>> {
+        if !ads {
+            return Vec::new();
         }
+        // SOTW-32 for delta: re-warmed clusters need their assignment again.
+        let eds = &mut self.types[ResourceType::Endpoint.index()];
+        eds.owe(built.resources.iter().map(|r| Arc::clone(&r.name)));
+        let Some(before) = built.previous().filter(|_| eds.requested()) else {
+            return Vec::new();
+        };
+        let cla = snap.resources_for(ResourceType::Endpoint, view);
+        built
+            .resources
+            .iter()
+            .map(|r| &r.name)
+            .filter(|n| before.get(n).is_none() && cla.get(n).is_some())
+            .cloned()
+            .collect()
+    }
+
+    fn carried(built: &DeltaBuilt) -> impl Iterator<Item = &Arc<str>> {
+        built
+            .resources
+            .iter()
+            .map(|r| &r.name)
+            .chain(&built.removed)
     }
 
     fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: DeltaBuilt) {

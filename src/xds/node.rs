@@ -10,7 +10,9 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use prost::Message;
 
-use crate::snapshot::View;
+use tributary_registries::Locality;
+
+use crate::snapshot::{LocalityId, MAX_PROXY_LOCALITIES, View};
 
 /// Metadata key through which a node chooses the address its listeners bind to (an IP string).
 pub const LISTENER_ADDRESS_KEY: &str = "LISTENER_ADDRESS";
@@ -76,6 +78,9 @@ pub struct NodeInfo {
     /// Whether the node is a proxyless gRPC client (its `user_agent_name` starts with `gRPC`, or
     /// metadata `GENERATOR` is `grpc`): its LDS is API listeners (PG-4).
     pub proxyless: bool,
+    /// `node.locality`, interned; `None` when unset or empty. Selects the node's EDS variant
+    /// when a DestinationRule has a `localityLbSetting`.
+    pub locality: Option<LocalityId>,
 }
 
 impl NodeInfo {
@@ -112,14 +117,20 @@ impl NodeInfo {
             metadata: node.metadata.clone().map(Arc::new),
             listener_address,
             proxyless: is_proxyless(node),
+            locality: node_locality(node),
         })
     }
 
     /// The snapshot view this node sees.
     pub fn view(&self) -> View {
-        match self.proxyless {
-            true => View::Proxyless,
-            false => View::bound(self.listener_address),
+        match (self.locality, self.proxyless) {
+            (Some(locality), proxyless) => View::Located {
+                bind: self.listener_address,
+                proxyless,
+                locality,
+            },
+            (None, true) => View::Proxyless,
+            (None, false) => View::bound(self.listener_address),
         }
     }
 
@@ -155,6 +166,28 @@ fn struct_depth(s: &Struct, base: usize) -> usize {
         }
     }
     max
+}
+
+/// The node's locality, as istiod reads a proxy's locality from its node.
+fn node_locality(node: &Node) -> Option<LocalityId> {
+    let l = node.locality.as_ref()?;
+    let locality = Locality {
+        region: l.region.clone(),
+        zone: l.zone.clone(),
+        subzone: l.sub_zone.clone(),
+    };
+    if locality.is_empty() {
+        return None;
+    }
+    let id = LocalityId::intern(locality);
+    if id.is_none() {
+        tracing::warn!(
+            node = %node.id,
+            limit = MAX_PROXY_LOCALITIES,
+            "too many distinct proxy localities; this node gets the EDS of a node without one"
+        );
+    }
+    id
 }
 
 /// Whether `node` is a proxyless gRPC client rather than an Envoy (PG-4).
@@ -252,6 +285,30 @@ mod tests {
             NodeInfo::from_first(Some(&n)).unwrap().view(),
             View::Proxyless
         );
+    }
+
+    #[test]
+    fn the_node_locality_selects_a_located_view() {
+        let mut n = node(None);
+        let located = |n: &Node| NodeInfo::from_first(Some(n)).unwrap().view();
+        n.locality = Some(envoy_types::pb::envoy::config::core::v3::Locality::default());
+        assert_eq!(located(&n), View::Envoy, "an empty locality is none");
+        n.locality = Some(envoy_types::pb::envoy::config::core::v3::Locality {
+            region: "us-east".into(),
+            zone: "zone-a".into(),
+            sub_zone: String::new(),
+        });
+        let View::Located {
+            bind: None,
+            proxyless: false,
+            locality,
+        } = located(&n)
+        else {
+            panic!("{:?}", located(&n));
+        };
+        assert_eq!(*locality.locality(), Locality::parse("us-east/zone-a"));
+        assert_eq!(located(&n), located(&n), "one id per locality");
+        assert_eq!(located(&n).without_locality(), View::Envoy);
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub(crate) struct Shared {
     pub trust_domain: Option<Arc<str>>,
     pub full_sets: Arc<FullSetCache>,
     pub names: Arc<SharedNames>,
+    pub eds_warm_wait: std::time::Duration,
 }
 
 type Request = http::Request<tonic::body::Body>;
@@ -90,6 +91,7 @@ impl Shared {
             auth,
             full_sets: Arc::clone(&self.full_sets),
             names: Arc::clone(&self.names),
+            eds_warm_wait: self.eds_warm_wait,
         };
         let span = tracing::info_span!("xds_stream", method, peer = ?peer);
         let limit = self.max_decoding_message_size;

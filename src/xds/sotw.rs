@@ -7,7 +7,8 @@
 //! added or changed have their EDS answered on the next EDS request, even one that looks like an
 //! ACK (SOTW-32). Make-before-break (SOTW-31): a CDS response told to hold removals keeps the
 //! clusters removed since the snapshot the last CDS response came from; a clean CDS response is
-//! owed when the push completes.
+//! owed when the push completes. The same base tells which clusters a CDS response added, for the
+//! stream's warming gate (listeners and routes wait for their EDS, `warming.rs`).
 
 mod request;
 mod state;
@@ -157,12 +158,31 @@ impl Protocol for Sotw {
         built.change_driven
     }
 
-    fn after_cds(&mut self, built: &SotwBuilt, snap: &Arc<Snapshot>, ads: bool) {
-        self.types[ResourceType::Endpoint.index()].note_warming(&built.warming);
+    fn after_cds(
+        &mut self,
+        built: &SotwBuilt,
+        snap: &Arc<Snapshot>,
+        view: View,
+        ads: bool,
+    ) -> Vec<Arc<str>> {
+        let eds = &mut self.types[ResourceType::Endpoint.index()];
+        eds.note_warming(&built.warming);
         self.cds_cleanup |= built.retained > 0;
-        if ads {
-            self.cds_base = Some(Arc::clone(snap));
+        if !ads {
+            return Vec::new();
         }
+        let base = self.cds_base.replace(Arc::clone(snap));
+        match base {
+            Some(base) if eds.requested() => {
+                let cds = &self.types[ResourceType::Cluster.index()];
+                added_eds_clusters(&base, snap, view, |c| cds.covers(c))
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn carried(built: &SotwBuilt) -> impl Iterator<Item = &Arc<str>> {
+        built.names.iter()
     }
 
     fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: SotwBuilt) {
@@ -180,4 +200,28 @@ impl Protocol for Sotw {
             t.force_all();
         }
     }
+}
+
+/// The clusters in `snap` that were not in `base`, that the client's CDS subscription covers and
+/// whose endpoints come over EDS (a load assignment exists): what a CDS response from `snap` adds for
+/// a client whose previous one came from `base`. Costs the change (the maps share structure).
+pub(crate) fn added_eds_clusters(
+    base: &Snapshot,
+    snap: &Snapshot,
+    view: View,
+    covers: impl Fn(&str) -> bool,
+) -> Vec<Arc<str>> {
+    let before = base.resources_for(ResourceType::Cluster, view);
+    let after = snap.resources_for(ResourceType::Cluster, view);
+    let cla = snap.resources_for(ResourceType::Endpoint, view);
+    before
+        .entries
+        .diff(&after.entries)
+        .filter_map(|item| match item {
+            imbl::ordmap::DiffItem::Add(name, _) => Some(name),
+            _ => None,
+        })
+        .filter(|name| covers(name) && cla.get(name).is_some())
+        .cloned()
+        .collect()
 }

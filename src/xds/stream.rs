@@ -8,17 +8,19 @@
 //! CDS → EDS → LDS → RDS from a single pinned snapshot (SOTW-30), one response per room in the
 //! body's slot. Make-before-break lives here, once (SOTW-31): over ADS, when the same push also
 //! changes the client's listeners or routes, the CDS response holds back its cluster removals and
-//! the protocol releases them when the push completes.
+//! the protocol releases them when the push completes; and after a CDS response that added EDS
+//! clusters, listeners and routes wait (the push stays on its snapshot) until an EDS response
+//! carried those clusters or the bounded wait ran out (`warming.rs`).
 //!
 //! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
 //! never queued behind pushes, SOTW-36); room in the body's one-response slot when something is
-//! owed; snapshot wake-ups; admin push requests. Responses are built only when the body has room,
+//! owed; snapshot wake-ups; admin push requests; the end of the warming gate's wait. Responses are built only when the body has room,
 //! from the newest snapshot (latest wins, TRANS-1). No lock is held across an await and nothing
 //! shared is locked while a response is handed over.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{Notify, watch};
@@ -36,6 +38,7 @@ use super::request::{
     first_node, peer_text, request_type,
 };
 use super::response::TooLarge;
+use super::warming::WarmGate;
 use crate::envoy::ResourceType;
 use crate::snapshot::{Snapshot, SnapshotStore, TypeResources, View};
 
@@ -53,6 +56,8 @@ pub(crate) struct Params {
     pub full_sets: Arc<FullSetCache>,
     /// Subscribed name sets shared between streams.
     pub names: Arc<SharedNames>,
+    /// How long listeners and routes wait for the EDS of clusters a push added (`warming.rs`).
+    pub eds_warm_wait: Duration,
 }
 
 /// One protocol's hooks: its per-type state and what its requests and responses look like.
@@ -123,7 +128,18 @@ pub(crate) trait Protocol: Default {
     /// Whether snapshot changes (not only the client's requests) caused `built`.
     fn change_driven(built: &Self::Built) -> bool;
     /// What follows a CDS response `built` from `snap` went out: the EDS it re-warms (SOTW-32).
-    fn after_cds(&mut self, built: &Self::Built, snap: &Arc<Snapshot>, ads: bool);
+    /// Returns the clusters it added for a client that fetches endpoints over EDS (each has a load
+    /// assignment in `snap`), for the warming gate (`warming.rs`); empty for the first CDS response
+    /// of the stream, when not over ADS, or when the client never asked for EDS.
+    fn after_cds(
+        &mut self,
+        built: &Self::Built,
+        snap: &Arc<Snapshot>,
+        view: View,
+        ads: bool,
+    ) -> Vec<Arc<str>>;
+    /// EDS only: the names `built` answers (resources and removals).
+    fn carried(built: &Self::Built) -> impl Iterator<Item = &Arc<str>>;
     /// Records that `built` of `ty` was handed to the body with `nonce`.
     fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: Self::Built);
     /// The push is complete: what [`Self::build`] held back is owed now (SOTW-31).
@@ -146,6 +162,8 @@ pub(crate) struct Stream<P: Protocol> {
     unconverged: Option<Instant>,
     nonces: u64,
     unknown: UnknownTypes,
+    /// Listeners and routes wait for the EDS of clusters CDS added (ADS only, `warming.rs`).
+    gate: WarmGate,
 }
 
 /// Runs one stream to its end: waits for the first request, checks its node, registers the
@@ -187,6 +205,7 @@ pub(crate) async fn run<P: Protocol>(
         unconverged: None,
         nonces: 0,
         unknown: UnknownTypes::default(),
+        gate: WarmGate::default(),
     };
     let status = stream
         .serve(first, requests, snapshots, drain, &force_push)
@@ -241,6 +260,14 @@ impl<P: Protocol> Stream<P> {
         tokio::pin!(forced);
         loop {
             let want = self.has_work(latest_seq);
+            let deadline = self.gate.deadline();
+            // Built lazily: no timer is registered unless the gate holds.
+            let gate_expiry = async move {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 () = &mut drained => return Some(Status::unavailable("server is shutting down")),
@@ -264,6 +291,7 @@ impl<P: Protocol> Stream<P> {
                     forced.set(force_push.notified());
                     self.proto.force_all();
                 }
+                () = gate_expiry => self.expire_gate(),
             }
         }
     }
@@ -307,7 +335,26 @@ impl<P: Protocol> Stream<P> {
     fn has_work(&self, latest_seq: u64) -> bool {
         ResourceType::PUSH_ORDER
             .iter()
-            .any(|t| self.proto.has_work(*t, latest_seq))
+            .any(|t| self.proto.has_work(*t, latest_seq) && !self.held(*t))
+    }
+
+    /// Whether responses of `ty` wait for the EDS of added clusters (reads the clock only while
+    /// the gate is on).
+    fn held(&self, ty: ResourceType) -> bool {
+        self.gate.deadline().is_some() && self.gate.holds(ty, Instant::now())
+    }
+
+    /// The warming gate ran out: listeners and routes go without the EDS they waited for.
+    fn expire_gate(&mut self) {
+        if let Some(clusters) = self.gate.expire(Instant::now()) {
+            tracing::info!(
+                conn = %self.registration.id(),
+                count = clusters.len(),
+                first = clusters.first().map(|c| &**c).unwrap_or_default(),
+                wait = ?self.params.eds_warm_wait,
+                "the client did not ask for the EDS of added clusters in time; sending routes anyway"
+            );
+        }
     }
 
     /// Stages the next owed response, walking the pinned snapshot in push order.
@@ -325,6 +372,11 @@ impl<P: Protocol> Stream<P> {
             for ty in ResourceType::PUSH_ORDER {
                 if !self.proto.has_work(ty, snap.seq) {
                     continue;
+                }
+                if self.held(ty) {
+                    // SOTW-31: listeners and routes wait for the EDS of clusters CDS just added;
+                    // the cycle stays on this snapshot until it went out or the wait ran out.
+                    return Ok(());
                 }
                 // SOTW-31: when this push also changes the client's listeners or routes, clusters
                 // it removes stay until those went out; `end_cycle` then removes them.
@@ -355,7 +407,14 @@ impl<P: Protocol> Stream<P> {
                 }
                 let change_driven = P::change_driven(&built);
                 if ty == ResourceType::Cluster {
-                    self.proto.after_cds(&built, &snap, ads);
+                    let added = self.proto.after_cds(&built, &snap, view, ads);
+                    let now = Instant::now();
+                    let clusters = snap.resources_for(ResourceType::Cluster, view);
+                    let present = |c: &str| clusters.get(c).is_some();
+                    self.gate
+                        .added(added, present, now, self.params.eds_warm_wait);
+                } else if ty == ResourceType::Endpoint {
+                    self.gate.answered(P::carried(&built));
                 }
                 self.proto.sent(ty, nonce, built);
                 metrics::pushed(ty, len);

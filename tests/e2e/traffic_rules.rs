@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::support::harness as envoy_harness;
-use envoy_harness::no_rejections;
-use scenario::{HOST, Mesh, Mode, destination_rule, split, virtual_service};
+use envoy_harness::{eventually, no_rejections};
+use scenario::{CONVERGE, HOST, Mesh, Mode, destination_rule, split, virtual_service};
 use upstream::{Behaviour, get};
 
 /// Requests of the split proof.
@@ -62,29 +62,66 @@ async fn split_and_header_match(mesh: &Mesh) {
     no_rejections(&mesh.envoy).await;
 }
 
+/// A request every 5 ms until stopped ([`LOAD_EVERY`]).
+struct Load {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<Option<(u16, String)>>>,
+}
+
+impl Load {
+    fn start(mesh: &Mesh) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let listener = mesh.listener();
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(LOAD_EVERY);
+                let mut inflight = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    tick.tick().await;
+                    inflight.push(tokio::spawn(get(listener, HOST, &[])));
+                }
+                let mut answers = Vec::new();
+                for r in inflight {
+                    answers.push(r.await.ok().flatten());
+                }
+                answers
+            })
+        };
+        Load { stop, task }
+    }
+
+    /// Stops the load and checks that every answer was a 200 and Envoy rejected nothing; returns
+    /// the answers.
+    async fn finish(self, mesh: &Mesh, what: &str) -> Vec<Option<(u16, String)>> {
+        self.stop.store(true, Ordering::SeqCst);
+        let answers = self.task.await.expect("load task");
+        let bad: Vec<_> = answers
+            .iter()
+            .filter(|a| !matches!(a, Some((200, _))))
+            .collect();
+        println!(
+            "{what}: {} requests under load, {} non-200",
+            answers.len(),
+            bad.len()
+        );
+        assert!(answers.len() > 200, "load ran: {}", answers.len());
+        assert!(
+            bad.is_empty(),
+            "non-200 during {what}: {bad:?}\n{}",
+            mesh.logs()
+        );
+        no_rejections(&mesh.envoy).await;
+        answers
+    }
+}
+
 /// 0 → 50 → 100 % to v2 while a request goes out every 5 ms: every answer is a 200 and Envoy
 /// rejects nothing (make-before-break, SOTW-31/SOTW-32).
 async fn canary_shift_under_load(mesh: &Mesh) {
     mesh.set_rules(&[destination_rule(""), virtual_service(&split(100))]);
     mesh.settle(&[], "v1", 30).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let listener = mesh.listener();
-    let load = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(LOAD_EVERY);
-            let mut inflight = Vec::new();
-            while !stop.load(Ordering::SeqCst) {
-                tick.tick().await;
-                inflight.push(tokio::spawn(get(listener, HOST, &[])));
-            }
-            let mut answers = Vec::new();
-            for r in inflight {
-                answers.push(r.await.ok().flatten());
-            }
-            answers
-        })
-    };
+    let load = Load::start(mesh);
     for (w1, want) in [(50, (50, 50)), (0, (0, 100))] {
         tokio::time::sleep(Duration::from_millis(500)).await;
         mesh.set_rules(&[destination_rule(""), virtual_service(&split(w1))]);
@@ -95,29 +132,38 @@ async fn canary_shift_under_load(mesh: &Mesh) {
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::SeqCst);
-    let answers = load.await.expect("load task");
-    let bad: Vec<_> = answers
-        .iter()
-        .filter(|a| !matches!(a, Some((200, _))))
-        .collect();
+    let answers = load.finish(mesh, "canary shift").await;
     let v2 = answers
         .iter()
         .filter(|a| matches!(a, Some((200, b)) if b == "v2"))
         .count();
-    println!(
-        "canary shift: {} requests under load, {} non-200, {v2} to v2",
-        answers.len(),
-        bad.len()
-    );
-    assert!(answers.len() > 200, "load ran: {}", answers.len());
-    assert!(
-        bad.is_empty(),
-        "non-200 during the shift: {bad:?}\n{}",
-        mesh.logs()
-    );
     assert!(v2 > 0, "the shift reached v2");
-    no_rejections(&mesh.envoy).await;
+}
+
+/// How many times the subsets and their route are added (and removed) in one change.
+const SUBSET_ROUNDS: usize = 4;
+
+/// Under a request every 5 ms, one change adds the DestinationRule's subsets AND the
+/// VirtualService that routes to one of them; the next removes both. Every answer is a 200: the
+/// route reaches Envoy only after the new subset clusters' endpoints (SOTW-31 for clusters added
+/// in the same push), and the subset clusters go only after the route left them.
+async fn subsets_and_their_route_in_one_change_under_load(mesh: &Mesh) {
+    let both = || async {
+        let t = mesh.tally(20, &[]).await;
+        (t.contains_key("v1") && t.contains_key("v2")).then_some(())
+    };
+    eventually(CONVERGE, "the service's own cluster answers", both).await;
+    let load = Load::start(mesh);
+    for _ in 0..SUBSET_ROUNDS {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        mesh.set_rules(&[destination_rule(""), virtual_service(&split(0))]);
+        scenario_settle_v2(mesh).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        mesh.set_rules(&[]);
+        eventually(CONVERGE, "back on the service's own cluster", both).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    load.finish(mesh, "subsets and route in one change").await;
 }
 
 async fn scenario_settle_v2(mesh: &Mesh) {
@@ -213,6 +259,9 @@ async fn locality_failover(mesh: &Mesh) {
         virtual_service(&to_any_version()),
     ]);
     mesh.settle(&[], "v1", 50).await;
+    // The other zone is there, one priority down (Envoy omits priority 0 from its dump).
+    let dump = mesh.envoy.config_dump().await.to_string();
+    assert!(dump.contains("\"priority\":1"), "EDS priority 1 in Envoy");
     mesh.set_v1_healthy(false);
     mesh.settle(&[], "v2", 50).await;
     mesh.set_v1_healthy(true);
@@ -275,6 +324,18 @@ async fn delta_split_header_match_and_canary_shift() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sotw_subsets_and_their_route_in_one_change_give_no_503() {
+    let mesh = Mesh::with_dir(Mode::Sotw, &[]).await;
+    subsets_and_their_route_in_one_change_under_load(&mesh).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_subsets_and_their_route_in_one_change_give_no_503() {
+    let mesh = Mesh::with_dir(Mode::Delta, &[]).await;
+    subsets_and_their_route_in_one_change_under_load(&mesh).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sotw_retries_fault_abort_and_timeout() {
     let mesh = Mesh::with_dir(Mode::Sotw, &initial()).await;
     retries_fault_timeout(&mesh).await;
@@ -298,10 +359,9 @@ async fn delta_outlier_detection_ejects_a_failing_endpoint() {
     outlier_detection(&mesh).await;
 }
 
-/// The proof for `localityLbSetting`, which the translation validates but does not apply yet
-/// (EDS carries no priorities; see docs/traffic-rules.md): run with `--ignored` once it does.
+/// `localityLbSetting` failover: EDS priorities relative to the node's locality (the proxy's zone
+/// first), over SotW and delta.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "localityLbSetting is validated but not applied yet (docs/traffic-rules.md)"]
 async fn locality_failover_moves_traffic_to_the_other_zone() {
     for mode in [Mode::Sotw, Mode::Delta] {
         let mesh = Mesh::with_dir(mode, &initial()).await;
@@ -339,7 +399,7 @@ async fn crds_canary_shift_under_load_sotw() {
 /// their `exportTo` (stored, not applied). REG-11.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_sources_show_in_debug_pages_with_their_rejections() {
-    use envoy_harness::{Tributary, eventually, free_port, loopback};
+    use envoy_harness::{Tributary, free_port, loopback};
     use serde_json::Value;
 
     let dir = tempfile::tempdir().unwrap();

@@ -1,29 +1,34 @@
-//! Make-before-break for traffic rules over a real ADS stream (SOTW-30, SOTW-31, SOTW-32): the
-//! snapshots a rule change produces, served by the real xDS server to a client that behaves like
-//! Envoy (it asks EDS for every cluster CDS gives it). A route never references a cluster CDS has
-//! not sent, and a subset cluster is removed only after no route references it. (That the EDS of
-//! a cluster added in the same push also precedes the route is not guaranteed yet: see
-//! docs/traffic-rules.md.)
+//! Make-before-break for traffic rules over a real ADS stream, SotW and delta (SOTW-30, SOTW-31,
+//! SOTW-32): the snapshots a rule change produces, served by the real xDS server to a client that
+//! behaves like Envoy (it asks EDS for every cluster CDS gives it, after reading CDS). A route never
+//! references a cluster the client lacks or whose endpoints have not arrived, and a subset cluster
+//! is removed only after no route references it; the server's wait for EDS is bounded.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::{Locality as PbLocality, Node, address};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, lb_endpoint::HostIdentifier,
+};
 use envoy_types::pb::envoy::config::route::v3::{
     RouteConfiguration, route::Action, route_action::ClusterSpecifier,
 };
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use tributary::aggregate::MergedService;
-use tributary::envoy::GenerateOptions;
+use tributary::envoy::{GenerateOptions, ResourceType};
 use tributary::snapshot::MeshBuilder;
+use tributary::xds::XdsOptions;
 use tributary_registries::rules::{Rule, RuleMeta, RuleSet};
 use tributary_registries::{
     ClusterId, Endpoint, Health, Hostname, Locality, MeshLocation, Origin, Protocol, RegistryId,
     Resolution, Service, ServicePort,
 };
 
+use crate::support::delta::{DeltaClient, delta_names};
 use crate::support::*;
 
 const HOST: &str = "reviews.default.svc.cluster.local";
@@ -116,62 +121,118 @@ fn routed(any: &Any) -> BTreeSet<String> {
         .collect()
 }
 
-/// A client that acts as Envoy does: EDS for every cluster CDS gives, RDS for the route, and
-/// checks every route against what it has (clusters with their endpoints).
-struct Proxy {
-    c: XdsClient,
+/// What a proxy holds, checked on every update as Envoy would feel it: a route to a cluster it
+/// lacks, or to one whose endpoints have not arrived (still warming), answers 503.
+#[derive(Default)]
+struct Held {
     clusters: BTreeSet<String>,
     with_endpoints: BTreeSet<String>,
     routed: BTreeSet<String>,
-    /// Clusters a route referenced before their endpoints arrived.
-    routed_before_eds: BTreeSet<String>,
 }
 
-impl Proxy {
-    /// Handles responses until the stream is quiet.
-    async fn settle(&mut self) {
-        while let Ok(r) = tokio::time::timeout(QUIET, self.c.expect_response()).await {
+impl Held {
+    /// CDS: the clusters are now `now`; returns those added and removed.
+    fn clusters(&mut self, now: BTreeSet<String>) -> (Vec<String>, Vec<String>) {
+        let gone: Vec<String> = self.clusters.difference(&now).cloned().collect();
+        for g in &gone {
+            assert!(
+                !self.routed.contains(g),
+                "SOTW-31: {g} removed while a route still uses it"
+            );
+        }
+        let added = now.difference(&self.clusters).cloned().collect();
+        self.with_endpoints.retain(|c| now.contains(c));
+        self.clusters = now;
+        (added, gone)
+    }
+
+    /// RDS: the route now sends to `routed`.
+    fn routes(&mut self, routed: BTreeSet<String>) {
+        for cl in &routed {
+            assert!(
+                self.clusters.contains(cl),
+                "SOTW-30/31: the route references {cl} before CDS sent it"
+            );
+            assert!(
+                self.with_endpoints.contains(cl),
+                "SOTW-31: the route references {cl} before its EDS arrived (it is still warming)"
+            );
+        }
+        self.routed = routed;
+    }
+}
+
+/// A client that acts as Envoy does over ADS: it asks EDS for every cluster CDS gives it, only
+/// after reading that CDS response, and RDS for the route.
+trait Proxy {
+    async fn ask(&mut self, ty: ResourceType, names: &[&str]);
+    /// Handles responses until the stream is quiet, checking each against `held`.
+    async fn settle(&mut self, held: &mut Held);
+}
+
+fn strs(v: &BTreeSet<String>) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+impl Proxy for XdsClient {
+    async fn ask(&mut self, ty: ResourceType, names: &[&str]) {
+        self.subscribe(ty, names).await;
+    }
+
+    async fn settle(&mut self, held: &mut Held) {
+        while let Ok(r) = tokio::time::timeout(QUIET, self.expect_response()).await {
             if r.type_url == CDS.type_url() {
-                let now: BTreeSet<String> = r
-                    .resources
-                    .iter()
-                    .map(|a| Cluster::decode(a.value.as_slice()).unwrap().name)
-                    .collect();
-                for gone in self.clusters.difference(&now) {
-                    assert!(
-                        !self.routed.contains(gone),
-                        "SOTW-31: {gone} removed while a route still uses it"
-                    );
-                }
-                self.with_endpoints.retain(|c| now.contains(c));
-                self.clusters = now;
-                self.c.ack(&r, &[]).await;
-                let names: Vec<&str> = self.clusters.iter().map(String::as_str).collect();
-                self.c.subscribe(EDS, &names).await;
+                held.clusters(r.resources.iter().map(|a| cluster_name(&a.value)).collect());
+                self.ack(&r, &[]).await;
+                self.subscribe(EDS, &strs(&held.clusters)).await;
             } else if r.type_url == EDS.type_url() {
-                self.with_endpoints.extend(resource_names(&r));
-                let names: Vec<&str> = self.clusters.iter().map(String::as_str).collect();
-                self.c.ack(&r, &names).await;
+                held.with_endpoints.extend(resource_names(&r));
+                self.ack(&r, &strs(&held.clusters)).await;
             } else if r.type_url == RDS.type_url() {
-                self.routed = routed(&r.resources[0]);
-                for cl in &self.routed {
-                    assert!(
-                        self.clusters.contains(cl),
-                        "SOTW-30/31: the route references {cl} before CDS sent it"
-                    );
-                    if !self.with_endpoints.contains(cl) {
-                        // Not yet guaranteed: the EDS of a cluster added in the same push is
-                        // answered when the client asks for it, which may be after RDS went out
-                        // (docs/traffic-rules.md, "Make-before-break").
-                        self.routed_before_eds.insert(cl.clone());
-                    }
-                }
-                self.c.ack(&r, &["9080"]).await;
+                held.routes(routed(&r.resources[0]));
+                self.ack(&r, &["9080"]).await;
             } else {
-                self.c.ack(&r, &[]).await;
+                self.ack(&r, &[]).await;
             }
         }
     }
+}
+
+impl Proxy for DeltaClient {
+    async fn ask(&mut self, ty: ResourceType, names: &[&str]) {
+        self.subscribe(ty, names).await;
+    }
+
+    async fn settle(&mut self, held: &mut Held) {
+        while let Ok(r) = tokio::time::timeout(QUIET, self.expect_response()).await {
+            let ty = ResourceType::from_type_url(&r.type_url).expect("a known type");
+            self.ack(&r).await;
+            match ty {
+                CDS => {
+                    let (added, gone) =
+                        held.clusters(self.held[CDS.index()].keys().cloned().collect());
+                    let (added, gone) = (strs_of(&added), strs_of(&gone));
+                    if !added.is_empty() || !gone.is_empty() {
+                        self.request(EDS, &added, &gone, "").await;
+                    }
+                }
+                EDS => held.with_endpoints.extend(delta_names(&r)),
+                RDS => {
+                    let any = &self.held[RDS.index()]["9080"].any;
+                    held.routes(routed(&Any::decode(any.as_slice()).unwrap()));
+                }
+                LDS => {}
+            }
+        }
+    }
+}
+
+fn strs_of(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn cluster_name(bytes: &[u8]) -> String {
+    Cluster::decode(bytes).unwrap().name
 }
 
 const DR: &str = "host: reviews\nsubsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]\n";
@@ -180,33 +241,32 @@ const DR_V2: &str = "host: reviews\nsubsets: [{name: v2, labels: {version: v2}}]
 const ALL_V2: &str =
     "hosts: [reviews]\nhttp:\n- route: [{destination: {host: reviews, subset: v2}}]\n";
 
-#[tokio::test]
-async fn rule_changes_are_make_before_break() {
-    // SOTW-30, SOTW-31, SOTW-32 for the snapshots rule changes produce.
-    let s = TestServer::start_unready().await;
-    let mut mesh = MeshBuilder::new(GenerateOptions::default());
-    s.store
-        .publish(mesh.apply(vec![reviews()], Instant::now()).unwrap());
-    let mut p = Proxy {
-        c: s.ads("envoy").await,
-        clusters: BTreeSet::new(),
-        with_endpoints: BTreeSet::new(),
-        routed: BTreeSet::new(),
-        routed_before_eds: BTreeSet::new(),
-    };
-    p.c.subscribe(CDS, &[]).await;
-    p.settle().await;
-    p.c.subscribe(RDS, &["9080"]).await;
-    p.settle().await;
-    assert_eq!(p.routed, BTreeSet::from([format!("outbound|9080||{HOST}")]));
+/// One push adds subset clusters and the route that uses them, then another moves the route off
+/// one subset and removes it: the client never holds a route to a cluster it lacks or that is
+/// still warming (SOTW-30, SOTW-31, SOTW-32).
+async fn rule_changes_are_make_before_break<P: Proxy>(
+    s: &TestServer,
+    mut mesh: MeshBuilder,
+    mut p: P,
+) {
+    let mut held = Held::default();
+    p.ask(CDS, &[]).await;
+    p.settle(&mut held).await;
+    p.ask(RDS, &["9080"]).await;
+    p.settle(&mut held).await;
+    assert_eq!(
+        held.routed,
+        BTreeSet::from([format!("outbound|9080||{HOST}")])
+    );
 
-    // Subsets and the split that uses them arrive in one rule change.
+    // Subsets and the split that uses them arrive in one rule change: the route waits for the
+    // clusters' EDS, which the client asks for only after reading CDS.
     s.store
         .publish(mesh.set_rules(rules(DR, SPLIT), Instant::now()).unwrap());
-    p.settle().await;
+    p.settle(&mut held).await;
     let v1 = format!("outbound|9080|v1|{HOST}");
     let v2 = format!("outbound|9080|v2|{HOST}");
-    assert_eq!(p.routed, BTreeSet::from([v1.clone(), v2.clone()]));
+    assert_eq!(held.routed, BTreeSet::from([v1.clone(), v2.clone()]));
 
     // v1 goes away while the route moves off it, in one rule change: the cluster outlives the
     // route that used it.
@@ -214,16 +274,166 @@ async fn rule_changes_are_make_before_break() {
         mesh.set_rules(rules(DR_V2, ALL_V2), Instant::now())
             .unwrap(),
     );
-    p.settle().await;
-    assert_eq!(p.routed, BTreeSet::from([v2.clone()]));
+    p.settle(&mut held).await;
+    assert_eq!(held.routed, BTreeSet::from([v2.clone()]));
     assert!(
-        !p.clusters.contains(&v1),
+        !held.clusters.contains(&v1),
         "the unused subset cluster is removed in the end"
     );
-    // Once its EDS came, every routed cluster has endpoints.
-    assert!(p.routed.iter().all(|c| p.with_endpoints.contains(c)));
-    eprintln!(
-        "clusters routed before their EDS arrived (same-push additions): {:?}",
-        p.routed_before_eds
+}
+
+/// A server with `options` serving the reviews service without rules.
+async fn serve_reviews(options: XdsOptions) -> (TestServer, MeshBuilder) {
+    let s = TestServer::start_with(options).await;
+    let mut mesh = MeshBuilder::new(GenerateOptions::default());
+    s.store
+        .publish(mesh.apply(vec![reviews()], Instant::now()).unwrap());
+    (s, mesh)
+}
+
+#[tokio::test]
+async fn sotw_rule_changes_are_make_before_break() {
+    let (s, mesh) = serve_reviews(XdsOptions::default()).await;
+    let c = s.ads("envoy").await;
+    rule_changes_are_make_before_break(&s, mesh, c).await;
+}
+
+#[tokio::test]
+async fn delta_rule_changes_are_make_before_break() {
+    let (s, mesh) = serve_reviews(XdsOptions::default()).await;
+    let c = s.delta_ads("envoy").await;
+    rule_changes_are_make_before_break(&s, mesh, c).await;
+}
+
+/// The wait is bounded: a client that never asks for the EDS of added clusters still gets the
+/// route, once the server's wait has run out (and not before: it is held meanwhile).
+#[tokio::test]
+async fn routes_held_for_eds_go_out_when_the_wait_runs_out() {
+    const WAIT: Duration = Duration::from_secs(2);
+    let (s, mut mesh) = serve_reviews(XdsOptions {
+        eds_warm_wait: WAIT,
+        ..XdsOptions::default()
+    })
+    .await;
+    let mut c = s.ads("lazy").await;
+    let default = format!("outbound|9080||{HOST}");
+    c.subscribe(CDS, &[]).await;
+    let cds = c.expect(CDS, &[&default]).await;
+    c.ack(&cds, &[]).await;
+    c.subscribe(EDS, &[&default]).await;
+    let eds = c.expect(EDS, &[&default]).await;
+    c.ack(&eds, &[&default]).await;
+    c.subscribe(RDS, &["9080"]).await;
+    let rds = c.expect(RDS, &["9080"]).await;
+    c.ack(&rds, &["9080"]).await;
+
+    s.store
+        .publish(mesh.set_rules(rules(DR, SPLIT), Instant::now()).unwrap());
+    let cds = c.expect_response().await;
+    assert_eq!(cds.type_url, CDS.type_url());
+    c.ack(&cds, &[]).await;
+    // The client never asks for the subsets' EDS: the route is held ...
+    c.expect_no_response().await;
+    // ... then sent, well before the client's own 15 s give-up.
+    let rds = c.expect_response_within(WAIT + RESPONSE_TIMEOUT).await;
+    assert_eq!(rds.type_url, RDS.type_url());
+    let v2 = format!("outbound|9080|v2|{HOST}");
+    assert!(routed(&rds.resources[0]).contains(&v2));
+}
+
+/// `reviews` with v1 in us-east/zone-a and v2 in us-west/zone-b.
+fn reviews_in_two_zones() -> (Hostname, Option<Arc<MergedService>>) {
+    let (host, svc) = reviews();
+    let mut svc = (*svc.expect("a service")).clone();
+    svc.endpoints[0].locality = Locality::parse("us-east/zone-a");
+    svc.endpoints[1].locality = Locality::parse("us-west/zone-b");
+    (host, Some(Arc::new(svc)))
+}
+
+fn with_locality(node: &mut Node, region: &str, zone: &str) {
+    node.locality = Some(PbLocality {
+        region: region.into(),
+        zone: zone.into(),
+        ..Default::default()
+    });
+}
+
+/// Endpoint address → priority, from an EDS resource.
+fn priorities(any: &[u8]) -> BTreeMap<String, u32> {
+    let cla = ClusterLoadAssignment::decode(any).unwrap();
+    cla.endpoints
+        .iter()
+        .flat_map(|g| {
+            g.lb_endpoints
+                .iter()
+                .filter_map(move |e| match &e.host_identifier {
+                    Some(HostIdentifier::Endpoint(ep)) => {
+                        match ep.address.as_ref()?.address.as_ref()? {
+                            address::Address::SocketAddress(s) => {
+                                Some((s.address.clone(), g.priority))
+                            }
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                })
+        })
+        .collect()
+}
+
+const DR_FAILOVER: &str = "host: reviews
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      failover: [{from: us-east, to: us-west}]
+  outlierDetection: {consecutive5xxErrors: 5}
+";
+const TO_REVIEWS: &str = "hosts: [reviews]\nhttp:\n- route: [{destination: {host: reviews}}]\n";
+
+#[tokio::test]
+async fn eds_priorities_follow_each_proxy_locality_encoded_once_per_locality() {
+    let s = TestServer::start_unready().await;
+    let mut mesh = MeshBuilder::new(GenerateOptions::default());
+    mesh.apply(vec![reviews_in_two_zones()], Instant::now());
+    s.store.publish(
+        mesh.set_rules(rules(DR_FAILOVER, TO_REVIEWS), Instant::now())
+            .unwrap(),
+    );
+    let cla = format!("outbound|9080||{HOST}");
+    let (v1, v2) = ("10.0.0.1".to_string(), "10.0.0.2".to_string());
+    // Two SotW proxies in us-east/zone-a, one delta proxy in us-west/zone-b, one with no locality.
+    let mut sotw = Vec::new();
+    for id in ["east-1", "east-2"] {
+        let mut c = s.ads(id).await;
+        with_locality(&mut c.node, "us-east", "zone-a");
+        c.subscribe(EDS, &[&cla]).await;
+        let r = c.expect(EDS, &[&cla]).await;
+        sotw.push(r.resources[0].value.clone());
+    }
+    let mut west = s.delta_ads("west").await;
+    with_locality(&mut west.node, "us-west", "zone-b");
+    west.subscribe(EDS, &[&cla]).await;
+    let r = west.expect(EDS, &[&cla], &[]).await;
+    let west_any = r.resources[0].resource.as_ref().unwrap().value.clone();
+    let mut plain = s.ads("nowhere").await;
+    plain.subscribe(EDS, &[&cla]).await;
+    let plain_any = plain.expect(EDS, &[&cla]).await.resources[0].value.clone();
+
+    // The proxy's own zone first, the failover region next.
+    let want_east = BTreeMap::from([(v1.clone(), 0), (v2.clone(), 1)]);
+    assert_eq!(priorities(&sotw[0]), want_east);
+    assert_eq!(sotw[0], sotw[1], "same locality, same bytes");
+    // us-west has no failover entry: us-east is simply another region.
+    assert_eq!(
+        priorities(&west_any),
+        BTreeMap::from([(v1.clone(), 1), (v2.clone(), 0)])
+    );
+    // No locality: today's assignment, no priorities.
+    assert_eq!(priorities(&plain_any), BTreeMap::from([(v1, 0), (v2, 0)]));
+    let snap = s.store.load().expect("published");
+    assert_eq!(
+        snap.locality_variants_built(),
+        2,
+        "one encoding per distinct proxy locality, however many proxies share it"
     );
 }

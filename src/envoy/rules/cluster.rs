@@ -6,16 +6,23 @@
 //! an EDS cluster gets its own load assignment under that name, a DNS cluster carries the
 //! matching endpoints inline, and a passthrough cluster has nothing to filter.
 
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::address;
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, LbEndpoint, lb_endpoint::HostIdentifier,
+};
 use tributary_registries::rules::{DestinationRule, Rule, Subset};
 use tributary_registries::{Hostname, ServicePort};
 
+use super::locality::LocalityInput;
 use super::policy::Effective;
 use crate::aggregate::MergedService;
 use crate::envoy::cluster::cluster_protos;
-use crate::envoy::endpoint::load_assignment_protos;
+use crate::envoy::endpoint::{UNIX_PREFIX, load_assignment_protos};
 use crate::envoy::naming::subset_cluster_name;
 use crate::envoy::{ConfigIssue, EncodedResource, GenerateOptions, ResourceType};
 
@@ -53,23 +60,71 @@ pub fn load_assignments_with_rule(
     opts: &GenerateOptions,
     issues: &mut Vec<ConfigIssue>,
 ) -> Vec<EncodedResource> {
+    let labels = EndpointLabels::of(svc);
     let mut out: Vec<EncodedResource> = load_assignment_protos(svc, opts, issues)
         .into_iter()
-        .map(|(_, cla)| EncodedResource::encode(ResourceType::Endpoint, &cla.cluster_name, &cla))
+        .map(|(port, cla)| encode_cla(cla, &policy_for(rule, None, port.port), &labels))
         .collect();
     let Some(rule) = rule else { return out };
     for subset in &rule.spec.subsets {
         let only = subset_of(svc, subset);
         for (port, mut cla) in load_assignment_protos(&only, opts, &mut Vec::new()) {
             cla.cluster_name = subset_cluster_name(port.port, &subset.name, &svc.service.hostname);
-            out.push(EncodedResource::encode(
-                ResourceType::Endpoint,
-                &cla.cluster_name,
-                &cla,
-            ));
+            let policy = policy_for(Some(rule), Some(subset), port.port);
+            out.push(encode_cla(cla, &policy, &labels));
         }
     }
     out
+}
+
+/// Encodes `cla`, with what its per-locality variants need when `policy` has a locality setting
+/// that applies.
+fn encode_cla(
+    cla: ClusterLoadAssignment,
+    policy: &Effective<'_>,
+    labels: &EndpointLabels<'_>,
+) -> EncodedResource {
+    let setting = policy
+        .load_balancer
+        .and_then(|lb| lb.locality_lb_setting.as_ref());
+    let failover = policy.outlier_detection.is_some();
+    match setting.and_then(|s| LocalityInput::new(&cla, s, failover, |ep| labels.of_endpoint(ep))) {
+        Some(input) => EncodedResource::encode_located(&cla.cluster_name, input),
+        None => EncodedResource::encode(ResourceType::Endpoint, &cla.cluster_name, &cla),
+    }
+}
+
+/// The labels of a service's endpoints by the address they have in a load assignment (an IP in
+/// canonical form, or a pipe path); the first endpoint with an address wins, as in the assignment.
+struct EndpointLabels<'a>(HashMap<String, &'a BTreeMap<String, String>>);
+
+impl<'a> EndpointLabels<'a> {
+    fn of(svc: &'a MergedService) -> Self {
+        let mut map = HashMap::new();
+        for ep in &svc.endpoints {
+            let key = match ep.address.strip_prefix(UNIX_PREFIX) {
+                Some(path) => path.to_string(),
+                None => match ep.address.parse::<IpAddr>() {
+                    Ok(ip) => ip.to_string(),
+                    Err(_) => continue,
+                },
+            };
+            map.entry(key).or_insert(&ep.labels);
+        }
+        Self(map)
+    }
+
+    fn of_endpoint(&self, ep: &LbEndpoint) -> BTreeMap<String, String> {
+        let Some(HostIdentifier::Endpoint(e)) = &ep.host_identifier else {
+            return BTreeMap::new();
+        };
+        let key = match e.address.as_ref().and_then(|a| a.address.as_ref()) {
+            Some(address::Address::SocketAddress(s)) => &s.address,
+            Some(address::Address::Pipe(p)) => &p.path,
+            _ => return BTreeMap::new(),
+        };
+        self.0.get(key).map(|l| (*l).clone()).unwrap_or_default()
+    }
 }
 
 /// The policy of the default cluster (`subset` = `None`) or of a subset cluster on `port`.

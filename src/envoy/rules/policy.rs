@@ -8,6 +8,7 @@
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, CommonLbConfig, DiscoveryType, LbConfig, LbPolicy, MaglevLbConfig,
     RingHashLbConfig,
+    common_lb_config::{LocalityConfigSpecifier, LocalityWeightedLbConfig},
 };
 use envoy_types::pb::envoy::config::cluster::v3::{
     CircuitBreakers, Cluster, OutlierDetection as PbOutlier, UpstreamConnectionOptions,
@@ -140,6 +141,18 @@ fn load_balancer(c: &mut Cluster, lb: &LoadBalancerSettings) {
                 LbPolicy::ClusterProvided
             }
         } as i32;
+    }
+    if let Some(l) = &lb.locality_lb_setting
+        && l.enabled != Some(false)
+        && !l.distribute.is_empty()
+    {
+        // istiod: `distribute` weighs localities, which Envoy honours only with this set.
+        c.common_lb_config = Some(CommonLbConfig {
+            locality_config_specifier: Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(
+                LocalityWeightedLbConfig::default(),
+            )),
+            ..c.common_lb_config.take().unwrap_or_default()
+        });
     }
     if let Some(hash) = &lb.consistent_hash {
         if let Some(maglev) = hash.maglev {

@@ -29,7 +29,7 @@ fn meta(name: &str) -> RuleMeta {
     }
 }
 
-fn dr(yaml: &str) -> Arc<Rule<DestinationRule>> {
+pub(super) fn dr(yaml: &str) -> Arc<Rule<DestinationRule>> {
     Arc::new(Rule {
         meta: meta("dr"),
         spec: serde_yaml::from_str(yaml).expect("destination rule"),

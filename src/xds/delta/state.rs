@@ -101,6 +101,13 @@ pub(crate) struct DeltaBuilt {
     pub restore: Restore,
 }
 
+impl DeltaBuilt {
+    /// The map the client's view came from before this response; `None` for its first response.
+    pub(crate) fn previous(&self) -> Option<&TypeResources> {
+        self.restore.view.as_deref()
+    }
+}
+
 /// The delta state of one type on one stream.
 #[derive(Debug)]
 pub(crate) struct DeltaState {
@@ -153,6 +160,11 @@ impl DeltaState {
     /// See [`Self::names`].
     pub(crate) fn names_mut(&mut self) -> &mut OrdSet<Arc<str>> {
         &mut self.sub.names
+    }
+
+    /// Whether the client ever asked for this type on the stream.
+    pub(crate) fn requested(&self) -> bool {
+        self.requested
     }
 
     /// Whether a response may be sent for this type (INV-5).

@@ -125,6 +125,16 @@ impl SotwState {
         &mut self.sub.names
     }
 
+    /// Whether the client ever asked for this type on the stream.
+    pub(crate) fn requested(&self) -> bool {
+        self.requested
+    }
+
+    /// Whether the subscription covers `name`.
+    pub(crate) fn covers(&self, name: &str) -> bool {
+        self.sub.covers(name)
+    }
+
     /// Whether a response may be sent for this type (INV-5).
     pub(crate) fn subscribed(&self) -> bool {
         self.requested && !self.sub.is_empty()
