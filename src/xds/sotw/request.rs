@@ -88,10 +88,7 @@ impl NameList {
         let (mut count, mut longest, mut pos) = (0, 0, 0);
         // The run of canonical entries not hashed yet: `run.0..run.1` of `message`.
         let mut run = (0, 0);
-        loop {
-            let Some((entry, name)) = next_name(&message, &mut pos)? else {
-                break;
-            };
+        while let Some((entry, name)) = next_name(&message, &mut pos)? {
             let name = str::from_utf8(name).map_err(|e| format!("resource_names: {e}"))?;
             count += 1;
             longest = longest.max(name.len());
