@@ -36,6 +36,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     // Embedded for the JSON mapping of MCP bodies (`istio_api`).
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("istio_descriptor.bin");
     std::fs::write(out, prost::Message::encode_to_vec(&istio))?;
-    prost_build::Config::new().compile_fds(istio)?;
+    // Maps as `BTreeMap`: encoded in key order, so the same object always encodes to the same
+    // bytes, and content-derived versions agree across replicas (TRANS-12). A `HashMap` encodes in
+    // its per-process random order.
+    prost_build::Config::new()
+        .btree_map(["."])
+        .compile_fds(istio)?;
     Ok(())
 }

@@ -17,14 +17,17 @@ use tributary_registries::mock::MockConfig;
 
 use crate::aggregate::DebounceSettings;
 use crate::control_api::ControlApiConfig;
+use crate::mcp::McpSettings;
 use crate::tls::TlsConfig;
 
 mod admin;
 mod bounds;
 mod server;
+mod traffic;
 
 pub use admin::AdminSettings;
 pub use server::{ConnectionSettings, ShutdownSettings};
+pub use traffic::TrafficSettings;
 /// One registry to run; each adapter owns its variant's settings, checks and build.
 pub use tributary_registries::RegistryConfig;
 
@@ -101,6 +104,11 @@ pub struct Config {
     pub from_file: bool,
     /// Serve the mock registry's control API on its own listener. Unset: not served at all.
     pub control_api: Option<ControlApiConfig>,
+    /// What traffic rules generate that they do not say themselves (the default retry policy).
+    pub traffic: TrafficSettings,
+    /// Serve every registry's services to istiod as MCP collections (ServiceEntry,
+    /// WorkloadEntry) on the xDS ports (`docs/mcp.md`, "Serve"). Off by default.
+    pub mcp: McpSettings,
 }
 
 impl Default for Config {
@@ -121,6 +129,8 @@ impl Default for Config {
             admin: AdminSettings::default(),
             from_file: false,
             control_api: None,
+            traffic: TrafficSettings::default(),
+            mcp: McpSettings::default(),
         }
     }
 }
@@ -253,8 +263,13 @@ impl Config {
         }
         config_source::registry_configs(&self.config_sources)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        self.traffic.validate().map_err(ConfigError::Invalid)?;
+        let all = self.all_registries();
+        self.mcp
+            .validate(all.iter().map(RegistryConfig::name))
+            .map_err(ConfigError::Invalid)?;
         let mut names = std::collections::BTreeSet::new();
-        for r in &self.all_registries() {
+        for r in &all {
             r.validate()
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             let name = r.name();
@@ -335,9 +350,7 @@ mod tests {
         assert_eq!(crds.namespaces, ["shop"]);
 
         let err = |yaml: &str| Config::from_yaml(yaml).unwrap_err().to_string();
-        assert!(
-            err("config_sources: [{address: 'xds://istiod:15010'}]").contains("not supported yet")
-        );
+        assert!(err("config_sources: [{address: 'xds://istiod'}]").contains("host:port"));
         assert!(err("config_sources: [{address: 'fs://etc'}]").contains("absolute"));
         let clash = "registries:\n  - {type: service_entry, name: 'k8s://', directory: /x}\n\
                      config_sources: [{address: 'k8s://'}]\n";

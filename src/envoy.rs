@@ -23,7 +23,7 @@ pub mod rules;
 pub use api_listener::{api_listener_name, api_listeners_for};
 pub use cluster::clusters_for;
 pub use endpoint::load_assignments_for;
-pub use listener::listener_for_port;
+pub use listener::{listener_for_port, listener_with_l4};
 pub use naming::{cluster_name, subset_cluster_name};
 pub use resource::{ContentHash, EncodedResource};
 pub(crate) use resource::{put_string_field, string_field_len};
@@ -31,12 +31,13 @@ pub use rest_source::{
     REST_REFRESH_DELAY, REST_XDS_CLUSTER, RestSourceError, for_rest, rest_config_source,
 };
 pub use route::route_config_for_port;
-pub use route::{RouteSource, route_config_with_rules};
+pub use route::{RouteSource, route_config_with_extra, route_config_with_rules};
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
+use tributary_registries::istio_api as mcp;
 
 /// The xDS resource types tributary serves, in ADS push order (SOTW-30: CDS → EDS → LDS → RDS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -49,6 +50,14 @@ pub enum ResourceType {
     Listener,
     /// `envoy.config.route.v3.RouteConfiguration` (RDS).
     Route,
+    /// Istio's `ServiceEntry` collection, served over MCP (`docs/mcp.md`).
+    ServiceEntry,
+    /// Istio's `WorkloadEntry` collection, served over MCP.
+    WorkloadEntry,
+    /// Istio's `DestinationRule` collection, served over MCP.
+    DestinationRule,
+    /// Istio's `VirtualService` collection, served over MCP.
+    VirtualService,
 }
 
 impl ResourceType {
@@ -60,9 +69,44 @@ impl ResourceType {
         ResourceType::Route,
     ];
 
+    /// Every type: Envoy's four in push order, then the MCP collections (`src/mcp/`), which only
+    /// a client that asks for them (istiod) ever sees.
+    pub const ALL: [ResourceType; Self::COUNT] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+        ResourceType::Route,
+        ResourceType::ServiceEntry,
+        ResourceType::WorkloadEntry,
+        ResourceType::DestinationRule,
+        ResourceType::VirtualService,
+    ];
+
+    /// Number of types, for per-type arrays.
+    pub const COUNT: usize = 8;
+
+    /// Whether this is an MCP collection rather than an Envoy type.
+    pub const fn is_mcp(self) -> bool {
+        self.index() >= Self::PUSH_ORDER.len()
+    }
+
+    /// The `type_url` of the `Any` each resource is wrapped in: the type's own for Envoy's types;
+    /// for an MCP collection the wrapper `istio.mcp.v1alpha1.Resource`, as istiod sends and
+    /// expects (the response's `type_url` is the collection).
+    pub const fn resource_type_url(self) -> &'static str {
+        match self.is_mcp() {
+            true => crate::mcp::RESOURCE_TYPE_URL,
+            false => self.type_url(),
+        }
+    }
+
     /// The `type_url` clients use for this type.
     pub const fn type_url(self) -> &'static str {
         match self {
+            ResourceType::ServiceEntry => mcp::SERVICE_ENTRY.type_url,
+            ResourceType::WorkloadEntry => mcp::WORKLOAD_ENTRY.type_url,
+            ResourceType::DestinationRule => mcp::DESTINATION_RULE.type_url,
+            ResourceType::VirtualService => mcp::VIRTUAL_SERVICE.type_url,
             ResourceType::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
             ResourceType::Endpoint => {
                 "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
@@ -74,7 +118,7 @@ impl ResourceType {
 
     /// The type with this `type_url`, if tributary serves it.
     pub fn from_type_url(url: &str) -> Option<Self> {
-        Self::PUSH_ORDER.into_iter().find(|t| t.type_url() == url)
+        Self::ALL.into_iter().find(|t| t.type_url() == url)
     }
 
     /// Short lower-case name used in metric labels (`cds`, `eds`, `lds`, `rds`), as istiod does.
@@ -84,22 +128,28 @@ impl ResourceType {
             ResourceType::Endpoint => "eds",
             ResourceType::Listener => "lds",
             ResourceType::Route => "rds",
+            ResourceType::ServiceEntry => "serviceentry",
+            ResourceType::WorkloadEntry => "workloadentry",
+            ResourceType::DestinationRule => "destinationrule",
+            ResourceType::VirtualService => "virtualservice",
         }
     }
 
-    /// Position in [`Self::PUSH_ORDER`], for per-type arrays.
+    /// Position in [`Self::ALL`], for per-type arrays.
     pub const fn index(self) -> usize {
         self as usize
     }
 
     /// Whether a SotW response must carry every resource of the subscription, so that leaving one
-    /// out deletes it (LDS, CDS), rather than only the changed ones (EDS, RDS). SOTW-24, SOTW-26.
+    /// out deletes it (LDS, CDS, and every MCP collection, which istiod reads as the full set),
+    /// rather than only the changed ones (EDS, RDS). SOTW-24, SOTW-26.
     pub const fn full_state_in_sotw(self) -> bool {
-        matches!(self, ResourceType::Cluster | ResourceType::Listener)
+        matches!(self, ResourceType::Cluster | ResourceType::Listener) || self.is_mcp()
     }
 
-    /// Whether an empty first request means "everything" (legacy wildcard). Only LDS and CDS, as
-    /// istiod and section G-3 decide: an empty EDS/RDS request subscribes to nothing (SOTW-22).
+    /// Whether an empty first request means "everything" (legacy wildcard). Only LDS, CDS and the
+    /// MCP collections (istiod subscribes to them with no names), as istiod and section G-3
+    /// decide: an empty EDS/RDS request subscribes to nothing (SOTW-22).
     pub const fn legacy_wildcard(self) -> bool {
         self.full_state_in_sotw()
     }

@@ -21,6 +21,7 @@ pub mod config;
 pub mod control_api;
 mod demo;
 pub mod envoy;
+pub mod mcp;
 pub mod runtime;
 pub mod snapshot;
 pub mod tls;

@@ -270,11 +270,14 @@ async fn start_inner(
         send_unhealthy_endpoints: config.send_unhealthy_endpoints,
         connect_timeout: config.connect_timeout,
     };
+    let mesh = MeshBuilder::new(options)
+        .with_mcp(config.mcp.clone())
+        .with_traffic_options(config.traffic.options());
     let t = tasks.spawn(
         cancellable(
             faults.wrap(
                 "builder",
-                run_builder(push_rx, rules_rx, store.clone(), MeshBuilder::new(options)),
+                run_builder(push_rx, rules_rx, store.clone(), mesh),
             ),
             shutdown.clone(),
         )
@@ -287,6 +290,7 @@ async fn start_inner(
         XdsOptions {
             identity: config.tls.as_ref().map(|t| t.identity).unwrap_or_default(),
             trust_domain: config.tls.as_ref().and_then(|t| t.trust_domain.clone()),
+            serve_mcp: config.mcp.enabled,
             ..XdsOptions::default()
         },
     );

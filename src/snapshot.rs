@@ -20,7 +20,7 @@ mod version;
 
 pub use builder::{BuildInput, SnapshotBuilder};
 pub use history::{ChangeSet, Changes, HISTORY_LEN};
-pub use listeners::{ListenerInputs, PortIndex};
+pub use listeners::{L4Index, ListenerInputs, PortIndex};
 pub use locality::{LocalityId, MAX_PROXY_LOCALITIES};
 pub use mesh::{MeshBuilder, run_builder};
 pub use store::SnapshotStore;
@@ -93,7 +93,7 @@ pub struct Snapshot {
     /// When the first registry event folded into this build was received; streams measure
     /// `pilot_proxy_convergence_time` from here.
     pub triggered_at: Instant,
-    pub(crate) types: [Arc<TypeResources>; 4],
+    pub(crate) types: [Arc<TypeResources>; ResourceType::COUNT],
     pub(crate) history: history::History,
     /// The merged services this snapshot was built from, for debug views.
     pub services: OrdMap<Hostname, Arc<MergedService>>,

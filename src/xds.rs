@@ -110,6 +110,9 @@ pub struct XdsOptions {
     /// go anyway (make-before-break, SOTW-31; see `warming.rs` in this module). Zero turns the wait
     /// off.
     pub eds_warm_wait: std::time::Duration,
+    /// Answer the MCP collections (`ResourceType::is_mcp`) for istiod. When off they are unknown
+    /// types, ignored (SOTW-5).
+    pub serve_mcp: bool,
 }
 
 impl Default for XdsOptions {
@@ -119,6 +122,7 @@ impl Default for XdsOptions {
             identity: crate::tls::IdentityMapping::default(),
             trust_domain: None,
             eds_warm_wait: DEFAULT_EDS_WARM_WAIT,
+            serve_mcp: false,
         }
     }
 }
@@ -157,6 +161,7 @@ impl XdsServer {
                 max_decoding_message_size: options.max_decoding_message_size,
                 identity: options.identity,
                 trust_domain: options.trust_domain.map(Arc::from),
+                serve_mcp: options.serve_mcp,
                 full_sets: Arc::default(),
                 names: Arc::default(),
                 eds_warm_wait: options.eds_warm_wait,

@@ -8,20 +8,23 @@
 //! `WorkloadEntry` become services and endpoints; `DestinationRule` and `VirtualService` go to
 //! the [`crate::config_store::ConfigStore`], which merges them into one rule set.
 //!
-//! `xds://` (config pushed by another control plane) is not implemented yet: it is refused with a
-//! clear error rather than ignored.
+//! `xds://host:port` is an ADS config server (MCP over xDS, `docs/mcp.md`): the registry instance
+//! runs an ADS client for it instead of reading files or CRDs.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::serviceentry::{CrdSourceConfig, ServiceEntryConfig};
+use crate::serviceentry::{
+    CrdSourceConfig, DEFAULT_NODE_ID, ServiceEntryConfig, XdsProtocol, XdsSourceConfig,
+    XdsTlsConfig,
+};
 
 /// The scheme of a directory of manifests: `fs:///path/to/dir`.
 pub const FS_SCHEME: &str = "fs://";
 /// The scheme of a cluster's CRDs: `k8s://`.
 pub const K8S_SCHEME: &str = "k8s://";
-/// The scheme of an xDS config server (not supported yet).
+/// The scheme of an xDS config server: `xds://host:port`.
 pub const XDS_SCHEME: &str = "xds://";
 
 /// One entry of `config_sources:`.
@@ -40,6 +43,17 @@ pub struct ConfigSourceConfig {
     /// `k8s://` only: namespaces to watch; empty means all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
+    /// `xds://` only: `delta` (the default; falls back to SotW when the server has no delta) or
+    /// `sotw`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<XdsProtocol>,
+    /// `xds://` only: the node id of requests (default `tributary-config-client`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// `xds://` only: TLS to the server (`ca_file`, `cert_file`, `key_file`, `server_name`);
+    /// absent means plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<XdsTlsConfig>,
 }
 
 /// What an address points at.
@@ -49,17 +63,27 @@ pub enum SourceAddress {
     Directory(PathBuf),
     /// The CRDs of a cluster.
     Kubernetes,
+    /// An xDS config server at `host:port`.
+    Xds(String),
 }
 
 /// Why a config source cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SourceError {
-    /// `xds://` is a later feature.
+    /// `xds://` without a usable `host:port`.
     #[error(
-        "config source {address:?}: xds:// config sources are not supported yet; use fs:///dir \
-         or k8s://"
+        "config source {address:?}: xds:// needs host:port after it, as in \
+         xds://istiod.istio-system.svc:15010"
     )]
-    XdsNotSupported {
+    XdsAddress {
+        /// The address.
+        address: String,
+    },
+    /// An `xds://` setting on another kind of source.
+    #[error(
+        "config source {address:?}: `protocol`, `node_id` and `tls` apply to xds:// sources only"
+    )]
+    XdsSettingElsewhere {
         /// The address.
         address: String,
     },
@@ -112,8 +136,22 @@ impl ConfigSourceConfig {
     pub fn parse_address(&self) -> Result<SourceAddress, SourceError> {
         let address = self.address.trim();
         let err = || self.address.clone();
-        if address.starts_with(XDS_SCHEME) {
-            return Err(SourceError::XdsNotSupported { address: err() });
+        let xds_settings = self.protocol.is_some() || self.node_id.is_some() || self.tls.is_some();
+        if let Some(rest) = address.strip_prefix(XDS_SCHEME) {
+            if self.kubeconfig.is_some() || self.context.is_some() || !self.namespaces.is_empty() {
+                return Err(SourceError::K8sSettingOnDirectory { address: err() });
+            }
+            let probe = XdsSourceConfig {
+                address: rest.to_string(),
+                ..XdsSourceConfig::default()
+            };
+            if rest.contains('/') || probe.problem().is_some() {
+                return Err(SourceError::XdsAddress { address: err() });
+            }
+            return Ok(SourceAddress::Xds(rest.to_string()));
+        }
+        if xds_settings {
+            return Err(SourceError::XdsSettingElsewhere { address: err() });
         }
         if let Some(rest) = address.strip_prefix(K8S_SCHEME) {
             if !rest.is_empty() {
@@ -152,6 +190,18 @@ impl ConfigSourceConfig {
                     context: self.context.clone(),
                     namespaces: self.namespaces.clone(),
                     ..CrdSourceConfig::default()
+                })
+            }
+            SourceAddress::Xds(address) => {
+                c.xds = Some(XdsSourceConfig {
+                    address,
+                    protocol: self.protocol.unwrap_or_default(),
+                    node_id: self
+                        .node_id
+                        .clone()
+                        .unwrap_or_else(|| DEFAULT_NODE_ID.to_string()),
+                    tls: self.tls.clone(),
+                    ..XdsSourceConfig::default()
                 })
             }
         }
@@ -206,12 +256,29 @@ mod tests {
             (Some("prod"), vec!["a".into()])
         );
         c.validate().unwrap();
+
+        let xds = source("{address: 'xds://istiod.istio-system:15010', protocol: sotw}");
+        let c = xds.registry_config().unwrap();
+        let x = c.xds.clone().unwrap();
+        assert_eq!(x.address, "istiod.istio-system:15010");
+        assert_eq!(
+            (x.protocol, x.node_id.as_str()),
+            (XdsProtocol::Sotw, DEFAULT_NODE_ID)
+        );
+        assert!(c.directory.is_none() && c.kubernetes.is_none());
+        c.validate().unwrap();
+        let tls = source("{address: 'xds://h:1', tls: {cert_file: /c}}").registry_config();
+        let e = tls.unwrap().validate().unwrap_err().to_string();
+        assert!(e.contains("cert_file") && e.contains("key_file"), "{e}");
     }
 
     #[test]
     fn bad_addresses_are_clear_errors() {
         let e = |yaml: &str| source(yaml).registry_config().unwrap_err().to_string();
-        assert!(e("address: xds://istiod:15010").contains("not supported yet"));
+        assert!(e("address: xds://istiod").contains("host:port"));
+        assert!(e("address: xds://istiod:15010/x").contains("host:port"));
+        assert!(e("{address: 'xds://i:1', context: x}").contains("k8s:// sources only"));
+        assert!(e("{address: 'fs:///d', protocol: sotw}").contains("xds:// sources only"));
         assert!(e("address: fs://etc/istio").contains("absolute"));
         assert!(e("address: fs://").contains("absolute"));
         assert!(e("address: /etc/istio").contains("unknown address"));

@@ -18,6 +18,7 @@
 //!   `cluster`: the CRD source (kube-runtime watchers, plus Pods for selectors).
 //! - `convert`: one entry + the workloads it selects → one service per host; `catalog`: every
 //!   object → the services served and the objects rejected.
+//! - `xds`: the xDS config source (MCP over xDS), an ADS client reporting the CRD source's events.
 //! - `worker`: the task that owns it all and reports changes, rejections, health and sync.
 //!
 //! # Contract
@@ -47,6 +48,7 @@ mod store;
 mod types;
 mod validate;
 mod worker;
+mod xds;
 
 #[cfg(test)]
 mod tests;
@@ -69,12 +71,13 @@ pub use files::read_manifest;
 pub use files::watch::WatchError;
 pub use types::{API_VERSIONS, GROUP};
 pub use worker::{FILE_DEBOUNCE, FILE_DEBOUNCE_MAX};
+pub use xds::{DEFAULT_NODE_ID, XdsProtocol, XdsSourceConfig, XdsTlsConfig};
 
 use cluster::{Credentials, Settings};
 use convert::Context;
 use files::Directory;
 use tokio_util::task::AbortOnDropHandle;
-use worker::{ClusterSource, FileSource, Worker};
+use worker::{ClusterSource, Feed, FileSource, Worker};
 
 /// A ServiceEntry registry instance. Create it with [`ServiceEntryRegistry::new`], start it with
 /// [`Registry::run`].
@@ -94,12 +97,18 @@ impl AdapterConfig for ServiceEntryConfig {
     }
 
     fn check_sources(&self) -> Result<(), RegistryConfigError> {
-        self.check_directory()
-            .map_err(|why| RegistryConfigError::Source {
-                kind: "service_entry",
-                name: self.name.clone(),
-                why,
-            })
+        let source = |why| RegistryConfigError::Source {
+            kind: "service_entry",
+            name: self.name.clone(),
+            why,
+        };
+        self.check_directory().map_err(source)?;
+        // The xDS source's TLS files are read now, so a typo stops start-up.
+        if let Some(x) = &self.xds {
+            xds::Settings::new(x.clone(), self.default_namespace.clone())
+                .map_err(|e| source(e.to_string()))?;
+        }
+        Ok(())
     }
 
     fn build(&self) -> BuiltRegistry {
@@ -155,12 +164,37 @@ impl ServiceEntryRegistry {
             let settings = Arc::new(settings);
             let (tx, rx) = mpsc::channel(cluster::EVENT_CAPACITY);
             let span = tracing::info_span!("serviceentry_crds", cluster = %c.cluster_id);
-            let task = tokio::spawn(cluster::run(settings.clone(), tx).instrument(span));
-            ClusterSource::new(settings, rx, AbortOnDropHandle::new(task))
+            let feed = Feed::Crds {
+                api: settings.api(),
+            };
+            let scopes = settings.scopes();
+            let task = tokio::spawn(cluster::run(settings, tx).instrument(span));
+            ClusterSource::new(feed, scopes, rx, AbortOnDropHandle::new(task))
         });
+        let xds = match c.xds.clone() {
+            Some(x) => Some(
+                xds::Settings::new(x, c.default_namespace.clone())
+                    .map_err(|e| RegistryError::Config(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let cluster = match xds {
+            Some(settings) => {
+                let (tx, rx) = mpsc::channel(cluster::EVENT_CAPACITY);
+                let span = tracing::info_span!("serviceentry_xds", address = %settings.address);
+                let feed = Feed::Xds {
+                    address: settings.address.clone(),
+                };
+                let task = tokio::spawn(xds::run(Arc::new(settings), tx).instrument(span));
+                let task = AbortOnDropHandle::new(task);
+                Some(ClusterSource::new(feed, xds::Settings::scopes(), rx, task))
+            }
+            None => cluster,
+        };
         tracing::info!(
             directory = ?c.directory,
             crds = c.kubernetes.is_some(),
+            xds = ?c.xds.as_ref().map(|x| &x.address),
             "ServiceEntry registry starting"
         );
         Worker::new(ctx, sink, files, cluster)

@@ -19,6 +19,8 @@
 //! panics with a message saying which rule broke, like any test assertion. It waits with
 //! `tokio::time`, so a registry with no real I/O can run it under a paused clock.
 
+pub mod mcp_server;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;

@@ -205,6 +205,15 @@ fn section(
                 .collect(),
             ..Default::default()
         }),
+        // MCP collections are Istio config, not Envoy's: `parse_type` never selects them, and an
+        // Envoy config dump has no section for them.
+        ResourceType::ServiceEntry
+        | ResourceType::WorkloadEntry
+        | ResourceType::DestinationRule
+        | ResourceType::VirtualService => Any {
+            type_url: ty.type_url().to_string(),
+            value: Vec::new(),
+        },
     }
 }
 

@@ -95,11 +95,16 @@ fn sync_row(c: &ConnectionInfo) -> Value {
     );
     let mut resources = serde_json::Map::new();
     for (ty, t) in &c.types {
+        if ty.is_mcp() && !t.requested {
+            // Only istiod asks for MCP collections: an Envoy's row stays as it was.
+            continue;
+        }
         let prefix = match ty.short() {
             "cds" => "cluster",
             "eds" => "endpoint",
             "lds" => "listener",
-            _ => "route",
+            "rds" => "route",
+            other => other,
         };
         row.insert(format!("{prefix}_sent"), json!(t.sent_nonce));
         row.insert(format!("{prefix}_acked"), json!(t.acked_nonce));

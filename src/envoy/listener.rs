@@ -7,10 +7,13 @@
 use std::net::IpAddr;
 
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
-use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::listener::v3::{
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
+};
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds, http_connection_manager, http_filter,
 };
@@ -27,6 +30,8 @@ use crate::aggregate::MergedService;
 const HCM_FILTER: &str = "envoy.filters.network.http_connection_manager";
 /// Well-known name of the TCP proxy network filter.
 const TCP_PROXY_FILTER: &str = "envoy.filters.network.tcp_proxy";
+/// Well-known name of the TLS inspector listener filter (reads SNI for `tls` routes).
+const TLS_INSPECTOR_FILTER: &str = "envoy.filters.listener.tls_inspector";
 /// Well-known name of the router HTTP filter.
 const ROUTER_FILTER: &str = "envoy.filters.http.router";
 
@@ -40,28 +45,74 @@ pub fn listener_for_port(
     bind: IpAddr,
     issues: &mut Vec<ConfigIssue>,
 ) -> Option<EncodedResource> {
+    listener_with_l4(port, services, bind, None, issues)
+}
+
+/// [`listener_for_port`], with a TCP port proxying as `l4` says (its VirtualService's `tcp` and
+/// `tls` routes, from [`rules::l4_routes_for_port`]) when given.
+pub fn listener_with_l4(
+    port: u16,
+    services: &[&MergedService],
+    bind: IpAddr,
+    l4: Option<&rules::L4Routes>,
+    issues: &mut Vec<ConfigIssue>,
+) -> Option<EncodedResource> {
     let (plan, left_out) = plan(port, services);
     issues.extend(left_out);
-    let network_filter = match plan? {
-        PortPlan::Http(_) => Filter {
-            name: HCM_FILTER.to_string(),
-            config_type: Some(filter::ConfigType::TypedConfig(any(
-                &http_connection_manager(port),
-            ))),
-        },
-        PortPlan::Tcp(member) => Filter {
-            name: TCP_PROXY_FILTER.to_string(),
-            config_type: Some(filter::ConfigType::TypedConfig(any(&tcp_proxy(member)))),
-        },
+    let mut listener_filters = Vec::new();
+    let filter_chains = match plan? {
+        PortPlan::Http(_) => vec![FilterChain {
+            filters: vec![Filter {
+                name: HCM_FILTER.to_string(),
+                config_type: Some(filter::ConfigType::TypedConfig(any(
+                    &http_connection_manager(port),
+                ))),
+            }],
+            ..Default::default()
+        }],
+        PortPlan::Tcp(member) => {
+            let (sni, default) = match l4 {
+                Some(l4) => (l4.sni.as_slice(), l4.default.clone()),
+                None => (&[][..], None),
+            };
+            let mut chains: Vec<FilterChain> = sni
+                .iter()
+                .map(|(names, proxy)| FilterChain {
+                    filter_chain_match: Some(FilterChainMatch {
+                        server_names: names.clone(),
+                        ..Default::default()
+                    }),
+                    filters: vec![tcp_proxy_filter(proxy)],
+                    ..Default::default()
+                })
+                .collect();
+            if !chains.is_empty() {
+                listener_filters.push(ListenerFilter {
+                    name: TLS_INSPECTOR_FILTER.to_string(),
+                    config_type: Some(listener_filter::ConfigType::TypedConfig(any(
+                        &TlsInspector::default(),
+                    ))),
+                    ..Default::default()
+                });
+            }
+            chains.push(FilterChain {
+                filters: vec![tcp_proxy_filter(
+                    &default.unwrap_or_else(|| tcp_proxy(member)),
+                )],
+                ..Default::default()
+            });
+            chains
+        }
     };
     let name = listener_name(port);
     let listener = Listener {
         name: name.clone(),
         address: Some(socket_address(bind.to_string(), port)),
-        filter_chains: vec![FilterChain {
-            filters: vec![network_filter],
-            ..Default::default()
-        }],
+        // A connection that sends nothing first (a server-first protocol) is not held up by
+        // the TLS inspector: after its timeout it takes the chain without SNI, as istiod sets.
+        continue_on_listener_filters_timeout: !listener_filters.is_empty(),
+        listener_filters,
+        filter_chains,
         traffic_direction: TrafficDirection::Outbound as i32,
         ..Default::default()
     };
@@ -70,6 +121,13 @@ pub fn listener_for_port(
         &name,
         &listener,
     ))
+}
+
+fn tcp_proxy_filter(proxy: &TcpProxy) -> Filter {
+    Filter {
+        name: TCP_PROXY_FILTER.to_string(),
+        config_type: Some(filter::ConfigType::TypedConfig(any(proxy))),
+    }
 }
 
 /// The HCM of an HTTP port: routes from RDS `"<port>"` over ADS, codec sniffed (HTTP/1.1 or h2c),

@@ -70,7 +70,7 @@ impl EncodedResource {
     /// Encodes `message` as a resource of type `ty` named `name`.
     pub fn encode<M: Message>(ty: ResourceType, name: &str, message: &M) -> Self {
         let value_len = message.encoded_len();
-        let type_url = ty.type_url();
+        let type_url = ty.resource_type_url();
         // Any { type_url = 1; value = 2 }
         let any_len = 1
             + encoded_len_varint(type_url.len() as u64)

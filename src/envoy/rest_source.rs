@@ -67,7 +67,7 @@ pub fn rest_config_source() -> ConfigSource {
 }
 
 /// `r` as a REST client must see it (an `Any`): clusters and listeners with their ADS sources
-/// replaced; endpoints and routes as they are.
+/// replaced; endpoints, routes (and MCP resources, which REST never serves) as they are.
 pub fn for_rest(r: &EncodedResource) -> Result<Any, RestSourceError> {
     let decode_err = |source| RestSourceError::Decode {
         name: r.name.to_string(),
@@ -97,7 +97,12 @@ pub fn for_rest(r: &EncodedResource) -> Result<Any, RestSourceError> {
             }
             Ok(any(&l))
         }
-        ResourceType::Endpoint | ResourceType::Route => Ok(r.to_any()),
+        ResourceType::Endpoint
+        | ResourceType::Route
+        | ResourceType::ServiceEntry
+        | ResourceType::WorkloadEntry
+        | ResourceType::DestinationRule
+        | ResourceType::VirtualService => Ok(r.to_any()),
     }
 }
 

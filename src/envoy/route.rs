@@ -53,12 +53,25 @@ pub fn route_config_with_rules(
     rules: &RouteSource<'_>,
     issues: &mut Vec<ConfigIssue>,
 ) -> Option<EncodedResource> {
+    route_config_with_extra(port, services, rules, Vec::new(), issues)
+}
+
+/// [`route_config_with_rules`], plus `extra` virtual hosts (VirtualServices for names no registry
+/// knows) after the services'. A domain of theirs that a service's virtual host already answers to
+/// is dropped and reported (Envoy rejects a repeated domain); one left with no domain is dropped.
+pub fn route_config_with_extra(
+    port: u16,
+    services: &[&MergedService],
+    rules: &RouteSource<'_>,
+    extra: Vec<(String, VirtualHost)>,
+    issues: &mut Vec<ConfigIssue>,
+) -> Option<EncodedResource> {
     let (plan, _reported_by_listener) = plan(port, services);
     let PortPlan::Http(members) = plan? else {
         return None;
     };
     let owned = assign_names(port, &members, issues);
-    let virtual_hosts = members
+    let mut virtual_hosts: Vec<VirtualHost> = members
         .iter()
         .zip(owned)
         .map(|(m, names)| {
@@ -69,13 +82,39 @@ pub fn route_config_with_rules(
             vh
         })
         .collect();
+    let mut taken: HashSet<String> = virtual_hosts
+        .iter()
+        .flat_map(|vh| vh.domains.iter().cloned())
+        .collect();
+    for (object, mut vh) in extra {
+        vh.domains.retain(|d| {
+            let fresh = taken.insert(d.clone());
+            if !fresh {
+                issues.push(ConfigIssue {
+                    object: object.clone(),
+                    field: "spec.hosts".to_string(),
+                    message: format!(
+                        "{d:?} is already a name of a service on port {port}; the service keeps it"
+                    ),
+                });
+            }
+            fresh
+        });
+        if !vh.domains.is_empty() {
+            virtual_hosts.push(vh);
+        }
+    }
     let name = route_config_name(port);
     let config = RouteConfiguration {
         name: name.clone(),
         virtual_hosts,
         ..Default::default()
     };
-    Some(EncodedResource::encode(ResourceType::Route, &name, &config))
+    Some(EncodedResource::encode(
+        ResourceType::Route,
+        &name,
+        &canonical::encode(config),
+    ))
 }
 
 /// How strongly a service claims a name.
@@ -214,6 +253,8 @@ fn virtual_host(port: u16, m: &Member<'_>, names: Vec<String>) -> VirtualHost {
         ..Default::default()
     }
 }
+
+mod canonical;
 
 #[cfg(test)]
 mod tests;

@@ -9,24 +9,31 @@
 //!   `outbound|<port>|<subset>|<host>` per subset, whose EDS holds only the endpoints whose labels
 //!   match;
 //! - `locality`: `localityLbSetting` → EDS priorities and locality weights for a proxy locality;
-//! - `route`: a VirtualService's HTTP routes → the routes of the service's virtual host.
+//! - `route`: a VirtualService's HTTP routes → the routes of the service's virtual host;
+//! - `external`: a virtual host of its own for a VirtualService host no registry knows;
+//! - `tcp`: its `tcp` and `tls` routes (and the DestinationRule's TCP idle timeout) → the TCP
+//!   proxies of a TCP port's listener.
 //!
 //! Like the rest of `envoy`, pure functions: the snapshot builder decides what to regenerate.
 
 mod cluster;
+mod external;
 mod index;
 mod locality;
 mod policy;
 mod route;
+mod tcp;
 
 #[cfg(test)]
 mod tests;
 
 pub use cluster::{clusters_with_rule, load_assignments_with_rule};
+pub use external::{external_ports, external_virtual_hosts};
 pub use index::RuleIndex;
 pub use locality::{LocalityInput, locality_matches};
 pub(crate) use route::{CORS_FILTER, FAULT_FILTER};
 pub use route::{DEFAULT_RETRY_ON, RouteContext, TrafficOptions, virtual_service_routes};
+pub use tcp::{L4Routes, l4_routes, l4_routes_for_port};
 
 use envoy_types::pb::envoy::config::route::v3::Route;
 use tributary_registries::ServicePort;

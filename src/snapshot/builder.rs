@@ -109,9 +109,7 @@ impl SnapshotBuilder {
         for resource in input.api_upserts {
             upsert(&mut api, &mut set, seq, resource);
         }
-        let resources_changed = ResourceType::PUSH_ORDER
-            .iter()
-            .any(|&ty| !set.is_empty_for(ty));
+        let resources_changed = ResourceType::ALL.iter().any(|&ty| !set.is_empty_for(ty));
         let mut other_changed = false;
         for (host, svc) in input.services {
             let changed = match svc {

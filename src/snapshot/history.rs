@@ -16,9 +16,9 @@ pub struct ChangeSet {
     /// The snapshot this build produced.
     pub seq: u64,
     /// Names added or whose content changed, per type (indexed by [`ResourceType::index`]).
-    pub changed: [Vec<Arc<str>>; 4],
+    pub changed: [Vec<Arc<str>>; ResourceType::COUNT],
     /// Names removed, per type.
-    pub removed: [Vec<Arc<str>>; 4],
+    pub removed: [Vec<Arc<str>>; ResourceType::COUNT],
 }
 
 impl ChangeSet {

@@ -13,16 +13,23 @@ use tributary_registries::Hostname;
 
 use super::{Entry, TypeResources};
 use crate::aggregate::MergedService;
+use crate::envoy::rules::L4Routes;
 
 /// Port → the services that expose it, ordered by hostname. Persistent maps: the builder keeps
 /// this index up to date in O(change) and each snapshot's copy costs O(1).
 pub type PortIndex = imbl::OrdMap<u16, imbl::OrdMap<Hostname, Arc<MergedService>>>;
 
-/// Everything listeners are generated from: the services on each port.
+/// The TCP ports whose proxies traffic rules change (VirtualService `tcp`/`tls` routes, TCP idle
+/// timeouts), with how they proxy.
+pub type L4Index = imbl::OrdMap<u16, Arc<L4Routes>>;
+
+/// Everything listeners are generated from: the services on each port, and the rules' L4 routes.
 #[derive(Debug, Default)]
 pub struct ListenerInputs {
     /// The services on each port.
     pub by_port: PortIndex,
+    /// The L4 routes of the TCP ports that have some.
+    pub l4: L4Index,
 }
 
 /// The listener variants of one snapshot, built lazily per bind address.
@@ -57,8 +64,9 @@ impl BoundListeners {
         };
         for (port, services) in &self.inputs.by_port {
             let services: Vec<&MergedService> = services.values().map(|s| &**s).collect();
+            let l4 = self.inputs.l4.get(port).map(|l| &**l);
             let Some(resource) =
-                crate::envoy::listener_for_port(*port, &services, ip, &mut Vec::new())
+                crate::envoy::listener_with_l4(*port, &services, ip, l4, &mut Vec::new())
             else {
                 continue;
             };

@@ -21,11 +21,12 @@ use tracing::{info, warn};
 use tributary_registries::rules::{Rule, RuleSet};
 use tributary_registries::{Hostname, ServicePort};
 
-use super::listeners::{ListenerInputs, PortIndex};
+use super::listeners::{L4Index, ListenerInputs, PortIndex};
 use super::{BuildInput, Snapshot, SnapshotBuilder, SnapshotStore};
 use crate::aggregate::{MergedService, PushRequest};
 use crate::envoy::rules::{self, RouteContext, RuleIndex, TrafficOptions};
 use crate::envoy::{self, ConfigIssue, EncodedResource, GenerateOptions, ResourceType};
+use crate::mcp::{self, McpSettings};
 
 /// The default listener bind address; other addresses are per-node variants.
 const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
@@ -33,7 +34,7 @@ const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 /// What generated a resource or an issue.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Owner {
-    /// Clusters and load assignments of one service.
+    /// Clusters and load assignments of one service, and its MCP resources.
     Host(Hostname),
     /// The listener and route configuration of one port.
     Port(u16),
@@ -52,6 +53,10 @@ pub struct MeshBuilder {
     /// The traffic rules in force, indexed by host.
     rules: RuleIndex,
     traffic: TrafficOptions,
+    /// The L4 routes of the TCP ports that have some (kept for listeners of other bind addresses).
+    l4: L4Index,
+    /// The MCP collections to build for istiod; `None` when not served.
+    mcp: Option<McpSettings>,
 }
 
 impl MeshBuilder {
@@ -66,7 +71,16 @@ impl MeshBuilder {
             issues: BTreeMap::new(),
             rules: RuleIndex::default(),
             traffic: TrafficOptions::default(),
+            l4: L4Index::new(),
+            mcp: None,
         }
+    }
+
+    /// Also builds each service's MCP resources (ServiceEntry, WorkloadEntries) for istiod, when
+    /// `settings.enabled`.
+    pub fn with_mcp(mut self, settings: McpSettings) -> Self {
+        self.mcp = settings.enabled.then_some(settings);
+        self
     }
 
     /// Sets what rules generate that they do not say themselves (istiod's default retries).
@@ -89,11 +103,20 @@ impl MeshBuilder {
         let mut dirty_ports = BTreeSet::new();
         let mut issues_changed = false;
         for (host, new) in hosts {
+            // A name a VirtualService routes as external becomes (or stops being) a service: the
+            // ports its external virtual host is on, before and after, change.
+            let presence_changes = self.services.contains_key(&host) != new.is_some();
+            if presence_changes {
+                dirty_ports.extend(self.external_ports(&self.rules, host.as_str()));
+            }
             let old = match &new {
                 Some(n) => self.services.insert(host.clone(), Arc::clone(n)),
                 None => self.services.remove(&host),
             };
             self.index_ports(&host, old.as_deref(), new.as_ref(), &mut dirty_ports);
+            if presence_changes {
+                dirty_ports.extend(self.external_ports(&self.rules, host.as_str()));
+            }
             issues_changed |= self.regenerate_host(&host, new.as_ref(), &mut input);
             input.services.push((host, new));
         }
@@ -103,7 +126,9 @@ impl MeshBuilder {
     /// Replaces the traffic rules; regenerates what the rules that changed touch: the clusters
     /// and load assignments of the hosts whose DestinationRule changed, the routes of the ports
     /// of hosts whose VirtualService changed (and, when a DestinationRule changed, of every port
-    /// with a VirtualService, whose routes may hash by it). `None` when nothing came out
+    /// with a VirtualService, whose routes may hash by it), and the ports a VirtualService for a
+    /// name no registry knows routes on. A port's listener is regenerated with its routes (TCP
+    /// routes and idle timeouts live there). `None` when nothing came out
     /// different, or when nothing has been built yet (the first push carries the rules).
     pub fn set_rules(
         &mut self,
@@ -129,6 +154,22 @@ impl MeshBuilder {
                 dirty_ports.extend(ports);
             }
         }
+        // VirtualServices for names no registry knows: the ports they route on, before and after.
+        let names: BTreeSet<&str> = old
+            .virtual_service_names()
+            .chain(self.rules.virtual_service_names())
+            .map(|(n, _)| n)
+            .collect();
+        for name in names {
+            let (was, is) = (
+                old.virtual_service_exact(name),
+                self.rules.virtual_service_exact(name),
+            );
+            if !same(was, is) || any_dr_changed {
+                dirty_ports.extend(self.external_ports(&old, name));
+                dirty_ports.extend(self.external_ports(&self.rules, name));
+            }
+        }
         if any_dr_changed {
             for (host, svc) in &self.services {
                 if self.rules.virtual_service(host).is_some() {
@@ -149,8 +190,20 @@ impl MeshBuilder {
         self.finish(input, dirty_ports, issues_changed)
     }
 
-    /// Regenerates the clusters, load assignments and API listeners of `host`; whether its issues
-    /// changed.
+    /// The ports of the external virtual hosts of `name` under `rules` (see
+    /// [`rules::external_ports`]).
+    fn external_ports(&self, rules: &RuleIndex, name: &str) -> BTreeSet<u16> {
+        let ctx = RouteContext {
+            port: 0,
+            services: &self.services,
+            rules,
+            options: &self.traffic,
+        };
+        rules::external_ports(&ctx, name)
+    }
+
+    /// Regenerates the clusters, load assignments, MCP resources and API listeners of `host`;
+    /// whether its issues changed.
     fn regenerate_host(
         &mut self,
         host: &Hostname,
@@ -168,6 +221,9 @@ impl MeshBuilder {
                 &self.options,
                 &mut issues,
             ));
+            if let Some(settings) = &self.mcp {
+                resources.extend(mcp::resources_for(svc, settings));
+            }
         }
         self.replace(Owner::Host(host.clone()), resources, input);
         let api = svc.map(|s| envoy::api_listeners_for(s));
@@ -190,31 +246,39 @@ impl MeshBuilder {
                 .unwrap_or_default();
             let mut issues = Vec::new();
             let mut resources = Vec::new();
+            let ctx = RouteContext {
+                port,
+                services: &self.services,
+                rules: &self.rules,
+                options: &self.traffic,
+            };
+            let l4 = rules::l4_routes_for_port(port, &services, &ctx, &mut issues).map(Arc::new);
             if !services.is_empty() {
-                resources.extend(envoy::listener_for_port(
+                resources.extend(envoy::listener_with_l4(
                     port,
                     &services,
                     DEFAULT_BIND,
+                    l4.as_deref(),
                     &mut issues,
                 ));
-                let ctx = RouteContext {
-                    port,
-                    services: &self.services,
-                    rules: &self.rules,
-                    options: &self.traffic,
-                };
                 let rule_issues = RefCell::new(Vec::new());
                 let source = |svc: &MergedService, p: &ServicePort| {
                     rules::routes_for(svc, p, &ctx, &mut rule_issues.borrow_mut())
                 };
-                resources.extend(envoy::route_config_with_rules(
+                let extra = rules::external_virtual_hosts(&ctx, &mut rule_issues.borrow_mut());
+                resources.extend(envoy::route_config_with_extra(
                     port,
                     &services,
                     &source,
+                    extra,
                     &mut issues,
                 ));
                 issues.extend(rule_issues.into_inner());
             }
+            match l4 {
+                Some(l4) => self.l4.insert(port, l4),
+                None => self.l4.remove(&port),
+            };
             self.replace(Owner::Port(port), resources, &mut input);
             issues_changed |= self.set_issues(Owner::Port(port), issues);
         }
@@ -228,6 +292,7 @@ impl MeshBuilder {
         // the first endpoint change (MEM-1). The index is persistent, so this copy is O(1).
         input.listener_inputs = Some(Arc::new(ListenerInputs {
             by_port: self.ports.clone(),
+            l4: self.l4.clone(),
         }));
         self.snapshots.build(input)
     }

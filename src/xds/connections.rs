@@ -113,8 +113,8 @@ pub struct ConnectionInfo {
     pub connected_at: SystemTime,
     /// Whether it is an incremental (delta) stream rather than state-of-the-world.
     pub delta: bool,
-    /// Per type, in [`ResourceType::PUSH_ORDER`] order.
-    pub types: [(ResourceType, TypeStatus); 4],
+    /// Per type, in [`ResourceType::ALL`] order.
+    pub types: [(ResourceType, TypeStatus); ResourceType::COUNT],
 }
 
 struct Entry {
@@ -195,7 +195,7 @@ impl Connections {
                 peer,
                 connected_at: SystemTime::now(),
                 delta,
-                types: ResourceType::PUSH_ORDER.map(|t| (t, TypeStatus::default())),
+                types: ResourceType::ALL.map(|t| (t, TypeStatus::default())),
             }),
             force_push: Arc::clone(&force_push),
         });

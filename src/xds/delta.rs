@@ -39,13 +39,13 @@ use state::{DeltaBuilt, DeltaState, Request};
 
 /// The delta side of one stream.
 pub(crate) struct Delta {
-    types: [DeltaState; 4],
+    types: [DeltaState; ResourceType::COUNT],
 }
 
 impl Default for Delta {
     fn default() -> Self {
         Self {
-            types: ResourceType::PUSH_ORDER.map(DeltaState::new),
+            types: ResourceType::ALL.map(DeltaState::new),
         }
     }
 }

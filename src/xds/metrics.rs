@@ -126,6 +126,10 @@ pub(crate) fn send_error(ty: ResourceType) {
         ResourceType::Endpoint => "eds_senderr",
         ResourceType::Listener => "lds_senderr",
         ResourceType::Route => "rds_senderr",
+        ResourceType::ServiceEntry => "serviceentry_senderr",
+        ResourceType::WorkloadEntry => "workloadentry_senderr",
+        ResourceType::DestinationRule => "destinationrule_senderr",
+        ResourceType::VirtualService => "virtualservice_senderr",
     };
     metrics::counter!("pilot_xds_pushes", "type" => label).increment(1);
 }

@@ -33,7 +33,7 @@ use state::{SotwBuilt, SotwState};
 
 /// The SotW side of one stream.
 pub(crate) struct Sotw {
-    types: [SotwState; 4],
+    types: [SotwState; ResourceType::COUNT],
     /// ADS only: the snapshot the last CDS response came from, to keep removed clusters until the
     /// routes moved off them (SOTW-31). Shared with every other holder; costs only what changed
     /// since.
@@ -45,7 +45,7 @@ pub(crate) struct Sotw {
 impl Default for Sotw {
     fn default() -> Self {
         Self {
-            types: ResourceType::PUSH_ORDER.map(SotwState::new),
+            types: ResourceType::ALL.map(SotwState::new),
             cds_base: None,
             cds_cleanup: false,
         }

@@ -52,6 +52,8 @@ pub(crate) struct Params {
     pub peer: Option<SocketAddr>,
     /// The TLS peer's identity and how it binds the node; `None` on plaintext connections.
     pub auth: Option<Auth>,
+    /// Whether the MCP collections are served; when not, they are unknown types.
+    pub serve_mcp: bool,
     /// Whole-type bytes shared by wildcard streams.
     pub full_sets: Arc<FullSetCache>,
     /// Subscribed name sets shared between streams.
@@ -299,7 +301,8 @@ impl<P: Protocol> Stream<P> {
     /// Checks and applies one request; an error ends the stream with that status.
     fn on_request(&mut self, req: P::Request) -> Result<(), Status> {
         check_same_node(&self.node, P::node(&req))?;
-        let Some(ty) = request_type(self.params.fixed, P::type_url(&req))? else {
+        let ty = request_type(self.params.fixed, P::type_url(&req))?;
+        let Some(ty) = ty.filter(|t| self.params.serve_mcp || !t.is_mcp()) else {
             self.unknown.log(self.registration.id(), P::type_url(&req));
             return Ok(());
         };
@@ -333,7 +336,7 @@ impl<P: Protocol> Stream<P> {
     }
 
     fn has_work(&self, latest_seq: u64) -> bool {
-        ResourceType::PUSH_ORDER
+        ResourceType::ALL
             .iter()
             .any(|t| self.proto.has_work(*t, latest_seq) && !self.held(*t))
     }
@@ -369,7 +372,7 @@ impl<P: Protocol> Stream<P> {
             };
             *latest_seq = (*latest_seq).max(snap.seq);
             let view = self.node.view();
-            for ty in ResourceType::PUSH_ORDER {
+            for ty in ResourceType::ALL {
                 if !self.proto.has_work(ty, snap.seq) {
                     continue;
                 }
@@ -423,7 +426,7 @@ impl<P: Protocol> Stream<P> {
                 if change_driven {
                     self.unconverged.get_or_insert(snap.triggered_at);
                 }
-                let more = ResourceType::PUSH_ORDER[ty.index() + 1..]
+                let more = ResourceType::ALL[ty.index() + 1..]
                     .iter()
                     .any(|t| self.proto.has_work(*t, snap.seq));
                 if !more {

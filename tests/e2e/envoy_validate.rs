@@ -34,12 +34,12 @@ use prost::Message;
 use tributary::aggregate::MergedService;
 use tributary::envoy::fixtures::{any, decode, http2_options, merged, port, socket_address};
 use tributary::envoy::rules::{
-    RouteContext, RuleIndex, TrafficOptions, clusters_with_rule, load_assignments_with_rule,
-    routes_for,
+    RouteContext, RuleIndex, TrafficOptions, clusters_with_rule, external_virtual_hosts,
+    l4_routes_for_port, load_assignments_with_rule, routes_for,
 };
 use tributary::envoy::{
-    ConfigIssue, GenerateOptions, clusters_for, listener_for_port, load_assignments_for,
-    route_config_with_rules,
+    ConfigIssue, GenerateOptions, clusters_for, listener_for_port, listener_with_l4,
+    load_assignments_for, route_config_with_extra,
 };
 use tributary_registries::rules::RuleSet;
 use tributary_registries::{Hostname, Protocol, ServicePort};
@@ -117,21 +117,24 @@ fn bootstrap_with_rules(mesh: &[MergedService], set: &RuleSet) -> (Bootstrap, Ve
     for (i, (port, services)) in by_port.iter_mut().enumerate() {
         services.sort_by(|a, b| a.service.hostname.cmp(&b.service.hostname));
         let bind = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
-        let Some(listener) = listener_for_port(*port, services, bind, &mut issues) else {
-            continue;
-        };
-        let listener: Listener = decode(&listener);
         let ctx = RouteContext {
             port: *port,
             services: &all,
             rules: &index,
             options: &traffic,
         };
+        let l4 = l4_routes_for_port(*port, services, &ctx, &mut issues);
+        let Some(listener) = listener_with_l4(*port, services, bind, l4.as_ref(), &mut issues)
+        else {
+            continue;
+        };
+        let listener: Listener = decode(&listener);
         let rule_issues = RefCell::new(Vec::new());
         let source = |svc: &MergedService, p: &ServicePort| {
             routes_for(svc, p, &ctx, &mut rule_issues.borrow_mut())
         };
-        let routes = route_config_with_rules(*port, services, &source, &mut issues);
+        let extra = external_virtual_hosts(&ctx, &mut rule_issues.borrow_mut());
+        let routes = route_config_with_extra(*port, services, &source, extra, &mut issues);
         issues.extend(rule_issues.into_inner());
         if let Some(routes) = routes {
             let offset = u16::try_from(i).expect("few ports");

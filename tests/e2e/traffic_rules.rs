@@ -7,6 +7,8 @@
 //! requests has a standard deviation of 0.67 %, well inside ±3 %; a 50 % abort over 1,000 has
 //! 1.6 %, inside ±5 %.
 
+mod l4;
+mod mcp;
 mod scenario;
 mod upstream;
 
@@ -323,6 +325,27 @@ async fn delta_split_header_match_and_canary_shift() {
     canary_shift_under_load(&mesh).await;
 }
 
+fn with_l4_rules() -> Vec<String> {
+    let mut rules = initial();
+    rules.extend(l4::tcp_rules(100));
+    rules.push(l4::external_name());
+    rules
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sotw_tcp_split_and_external_name_from_an_edited_file() {
+    let mesh = Mesh::with_dir(Mode::Sotw, &with_l4_rules()).await;
+    l4::an_external_name_reaches_the_mesh_service(&mesh).await;
+    l4::tcp_split_moves_when_the_file_changes(&mesh).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_tcp_split_and_external_name_from_an_edited_file() {
+    let mesh = Mesh::with_dir(Mode::Delta, &with_l4_rules()).await;
+    l4::an_external_name_reaches_the_mesh_service(&mesh).await;
+    l4::tcp_split_moves_when_the_file_changes(&mesh).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sotw_subsets_and_their_route_in_one_change_give_no_503() {
     let mesh = Mesh::with_dir(Mode::Sotw, &[]).await;
@@ -492,12 +515,12 @@ async fn config_sources_show_in_debug_pages_with_their_rejections() {
     assert!(metrics.contains(&gauge), "{gauge} in /metrics");
 }
 
-/// Bad addresses stop start-up with a clear message; `xds://` is refused for now.
+/// Bad addresses stop start-up with a clear message.
 #[test]
 fn bad_config_source_addresses_stop_start_up() {
     let dir = tempfile::tempdir().unwrap();
     for (address, says) in [
-        ("xds://istiod:15010", "not supported yet"),
+        ("xds://istiod", "host:port"),
         ("fs://relative/dir", "absolute"),
         ("http://x", "unknown address"),
         ("fs:///does/not/exist", "does not exist"),

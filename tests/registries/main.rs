@@ -13,4 +13,5 @@ mod support;
 
 mod consul_e2e;
 mod kube_e2e;
+mod mcp_serve;
 mod serviceentry_e2e;

@@ -93,6 +93,7 @@ impl TestServer {
                     .delta_routes(rx)
                     .await?
             }
+            other => panic!("{other} has no per-type service"),
         };
         Ok(DeltaClient::new(node, tx, stream.into_inner(), Some(ty)))
     }

@@ -8,6 +8,7 @@
 //! - [`recorder`]: a global `metrics` recorder tests read counters from;
 //! - [`resources`]: hand-made Envoy resources and their names;
 //! - [`harness`]: real processes (the tributary binary, Envoy, HTTP backends) and waits;
+//! - [`mcp`]: a test MCP client (istiod's side) built from Istio's generated types;
 //! - [`pki`]: test CAs, certificates and TLS clients;
 //! - [`proxyless`]: proxyless gRPC clients and servers (the scripts in `tests/proxyless/`);
 //! - [`raw_ads`]: plain ADS streams for tests of the whole pipeline or the real binary;
@@ -17,6 +18,7 @@
 
 pub mod delta;
 pub mod harness;
+pub mod mcp;
 pub mod pki;
 pub mod proxyless;
 pub mod raw_ads;
@@ -270,6 +272,7 @@ impl TestServer {
                     .stream_routes(rx)
                     .await?
             }
+            other => panic!("{other} has no per-type service"),
         };
         Ok(XdsClient::new(node, tx, stream.into_inner(), Some(ty)))
     }

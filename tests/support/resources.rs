@@ -84,7 +84,7 @@ pub fn name_of(any: &Any) -> String {
         Some(ResourceType::Endpoint) => ClusterLoadAssignment::decode(v).unwrap().cluster_name,
         Some(ResourceType::Listener) => Listener::decode(v).unwrap().name,
         Some(ResourceType::Route) => RouteConfiguration::decode(v).unwrap().name,
-        None => panic!("unknown resource type {}", any.type_url),
+        _ => panic!("not an Envoy resource type: {}", any.type_url),
     }
 }
 

@@ -221,7 +221,7 @@ impl Proxy for DeltaClient {
                     let any = &self.held[RDS.index()]["9080"].any;
                     held.routes(routed(&Any::decode(any.as_slice()).unwrap()));
                 }
-                LDS => {}
+                _ => {}
             }
         }
     }

@@ -68,6 +68,13 @@ pub(crate) enum ClusterObject {
         name: String,
         text: String,
     },
+    /// An object whose body could not be read (the xDS source): rejected as a whole.
+    Undecodable {
+        kind: Kind,
+        namespace: String,
+        name: String,
+        message: String,
+    },
     /// A Pod; `None` when it cannot receive traffic (no IP yet, terminating, finished).
     Pod {
         namespace: String,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::types::API_VERSIONS;
+use super::xds::XdsSourceConfig;
 use crate::model::{ClusterId, Origin, RegistryId};
 
 /// How one ServiceEntry registry instance is set up.
@@ -27,6 +28,8 @@ pub struct ServiceEntryConfig {
     pub default_namespace: String,
     /// Read the `ServiceEntry` / `WorkloadEntry` CRDs (and optionally Pods) of a cluster.
     pub kubernetes: Option<CrdSourceConfig>,
+    /// Read the objects from an xDS config server (MCP over xDS); exclusive with `kubernetes`.
+    pub xds: Option<XdsSourceConfig>,
     /// Trust domain of workload identities: a WorkloadEntry's `serviceAccount` becomes
     /// `spiffe://<trust_domain>/ns/<namespace>/sa/<serviceAccount>`, as istiod writes it.
     pub trust_domain: String,
@@ -75,6 +78,7 @@ impl Default for ServiceEntryConfig {
             directory: None,
             default_namespace: "default".into(),
             kubernetes: None,
+            xds: None,
             trust_domain: "cluster.local".into(),
             rescan_interval: Duration::from_secs(10),
         }
@@ -104,9 +108,10 @@ pub enum ConfigError {
     /// `name` is empty.
     #[error("service_entry registry: `name` is empty; give the registry an id")]
     EmptyName,
-    /// Neither `directory` nor `kubernetes` is set.
+    /// None of `directory`, `kubernetes`, `xds` is set.
     #[error(
-        "service_entry registry {name:?}: set `directory` (manifest files), `kubernetes` (CRDs), or both"
+        "service_entry registry {name:?}: set `directory` (manifest files), `kubernetes` (CRDs) \
+         or `xds` (a config server)"
     )]
     NoSource {
         /// The registry.
@@ -158,7 +163,17 @@ impl ServiceEntryConfig {
             name: self.name.clone(),
             what: what.to_string(),
         };
-        if self.directory.is_none() && self.kubernetes.is_none() {
+        if let Some(x) = &self.xds {
+            if self.kubernetes.is_some() {
+                return Err(invalid(
+                    "`xds` and `kubernetes` cannot both be set; use two sources",
+                ));
+            }
+            if let Some(why) = x.problem() {
+                return Err(invalid(&why));
+            }
+        }
+        if self.directory.is_none() && self.kubernetes.is_none() && self.xds.is_none() {
             return Err(ConfigError::NoSource {
                 name: self.name.clone(),
             });

@@ -21,6 +21,11 @@ pub(crate) enum Place {
     File { path: PathBuf, line: Option<usize> },
     /// A cluster's API: `networking.istio.io/v1 in cluster Kubernetes`.
     Cluster { api: String },
+    /// An xDS config server's collection: `xds://host:port networking.istio.io/v1alpha3/...`.
+    Xds {
+        address: String,
+        collection: &'static str,
+    },
 }
 
 impl Place {
@@ -32,6 +37,10 @@ impl Place {
                 None => path.display().to_string(),
             },
             Place::Cluster { api } => api.clone(),
+            Place::Xds {
+                address,
+                collection,
+            } => format!("{address} {collection}"),
         }
     }
 }

@@ -7,7 +7,6 @@
 //! delivered, so a no-op rescan or relist sends nothing (REG-3, REG-14).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -16,13 +15,13 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{info, warn};
 
 use super::catalog::{self, Pods};
-use super::cluster::{ClusterEvent, ClusterObject, Scope, Settings};
+use super::cluster::{ClusterEvent, ClusterObject, Scope};
 use super::convert::Context;
 use super::files::Directory;
 use super::files::watch::{DirWatch, watch_dir};
 use super::parse::{Document, Problem, parse_document};
 use super::store::{Entry, Place};
-use super::types::ObjectKey;
+use super::types::{Kind, ObjectKey};
 use crate::config_store::RulePublisher;
 use crate::model::{Hostname, ServiceState};
 use crate::registry::{Change, RegistryError, RegistrySink, RegistryStatus, Rejection};
@@ -95,9 +94,33 @@ impl FileSource {
     }
 }
 
-/// The CRD source as the worker holds it.
+/// Where a [`ClusterSource`]'s objects come from, for messages.
+#[derive(Debug, Clone)]
+pub(crate) enum Feed {
+    /// A cluster's CRDs: `networking.istio.io/v1 in cluster Kubernetes`.
+    Crds { api: String },
+    /// An xDS config server: `xds://host:port`.
+    Xds { address: String },
+}
+
+impl Feed {
+    fn place(&self, kind: Kind) -> Place {
+        match self {
+            Feed::Crds { api } => Place::Cluster { api: api.clone() },
+            Feed::Xds { address } => Place::Xds {
+                address: address.clone(),
+                collection: crate::istio_api::COLLECTIONS
+                    .iter()
+                    .find(|c| c.kind == kind.name())
+                    .map_or("", |c| c.type_url),
+            },
+        }
+    }
+}
+
+/// The CRD source (or the xDS source, which reports the same events) as the worker holds it.
 pub(crate) struct ClusterSource {
-    settings: Arc<Settings>,
+    feed: Feed,
     events: mpsc::Receiver<ClusterEvent>,
     /// The CRD watch task, aborted when the worker ends.
     _task: AbortOnDropHandle<()>,
@@ -110,13 +133,14 @@ pub(crate) struct ClusterSource {
 
 impl ClusterSource {
     pub(crate) fn new(
-        settings: Arc<Settings>,
+        feed: Feed,
+        scopes: Vec<Scope>,
         events: mpsc::Receiver<ClusterEvent>,
         task: AbortOnDropHandle<()>,
     ) -> Self {
         Self {
-            pending: settings.scopes().into_iter().collect(),
-            settings,
+            pending: scopes.into_iter().collect(),
+            feed,
             events,
             _task: task,
             entries: BTreeMap::new(),
@@ -169,6 +193,12 @@ impl ClusterSource {
 
     fn apply_object(&mut self, o: ClusterObject, old: Option<&BTreeMap<ObjectKey, Entry>>) {
         let (kind, namespace, name, text) = match o {
+            ClusterObject::Undecodable {
+                kind,
+                namespace,
+                name,
+                message,
+            } => (kind, namespace, name, Err(message)),
             ClusterObject::Pod {
                 namespace,
                 name,
@@ -185,32 +215,33 @@ impl ClusterSource {
                 namespace,
                 name,
                 text,
-            } => (kind, namespace, name, text),
+            } => (kind, namespace, name, Ok(text)),
         };
         let key = ObjectKey {
             kind,
             namespace,
             name,
         };
-        let place = Place::Cluster {
-            api: self.settings.api(),
-        };
+        let place = self.feed.place(kind);
         let previous = self.entries.get(&key).or_else(|| old?.get(&key)).cloned();
         crate::metrics::config_event(
             key.kind.name(),
             crate::metrics::ObjectEvent::upsert(previous.is_some()),
         );
-        let entry = match parse_document(&text, None, &key.namespace, false) {
+        let parsed = text.and_then(|text| {
+            parse_document(&text, None, &key.namespace, false).map_err(|e| e.message)
+        });
+        let entry = match parsed {
             Ok(Document::Object(parsed)) => Entry::new(*parsed, place, previous.as_ref()),
             Ok(Document::Empty | Document::Ignored) => return,
-            Err(e) => Entry {
+            Err(message) => Entry {
                 key: key.clone(),
                 place,
                 valid: previous.and_then(|p| p.valid),
                 problems: vec![Problem {
                     field: String::new(),
                     line: None,
-                    message: e.message,
+                    message,
                 }],
             },
         };

@@ -128,7 +128,7 @@ impl<'a> EndpointLabels<'a> {
 }
 
 /// The policy of the default cluster (`subset` = `None`) or of a subset cluster on `port`.
-fn policy_for<'a>(
+pub(super) fn policy_for<'a>(
     rule: Option<&'a Arc<Rule<DestinationRule>>>,
     subset: Option<&'a Subset>,
     port: u16,

@@ -2,8 +2,11 @@
 //!
 //! Istio's host matching: a rule's host is read in the rule's namespace (a name without a dot,
 //! `reviews`, is `reviews.<namespace>.svc.cluster.local`); a rule naming the exact hostname wins
-//! over wildcards, and among wildcards the most specific (longest) wins. When several rules name
-//! the same host, the oldest (by creation time, then namespace/name) applies, as istiod picks.
+//! over wildcards, and among wildcards the most specific (longest) wins. When several
+//! VirtualServices name the same host, the oldest (by creation time, then namespace/name) applies,
+//! as istiod picks. Several DestinationRules of one host are merged as istiod merges them
+//! (`mergeDestinationRule`): taken oldest first, each adds the subsets whose names are new, and its
+//! `trafficPolicy` applies only if no older rule had one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +28,7 @@ impl RuleIndex {
     pub fn new(rules: &RuleSet) -> Self {
         let mut destination_rules = HostMap::default();
         for rule in ordered(&rules.destination_rules) {
-            destination_rules.add(&rule.spec.host, rule);
+            destination_rules.add_with(&rule.spec.host, rule, merge_destination_rules);
         }
         let mut virtual_services = HostMap::default();
         for rule in ordered(&rules.virtual_services) {
@@ -47,6 +50,11 @@ impl RuleIndex {
     /// The VirtualService that routes `host`, if any.
     pub fn virtual_service(&self, host: &Hostname) -> Option<&Arc<Rule<VirtualService>>> {
         self.virtual_services.lookup(host.as_str())
+    }
+
+    /// The VirtualService naming exactly `name` (not through a wildcard), if any.
+    pub fn virtual_service_exact(&self, name: &str) -> Option<&Arc<Rule<VirtualService>>> {
+        self.virtual_services.exact.get(name)
     }
 
     /// Every VirtualService host that is an exact name (not a wildcard), with its rule: the hosts
@@ -72,6 +80,25 @@ fn ordered<T>(rules: &[Arc<Rule<T>>]) -> Vec<&Arc<Rule<T>>> {
         ))
     });
     v
+}
+
+/// `newer` merged into `older`, as istiod merges two DestinationRules of one host: `newer`'s
+/// subsets whose names `older` lacks are appended, and `newer`'s `trafficPolicy` applies only when
+/// `older` has none. The merged rule keeps `older`'s identity.
+fn merge_destination_rules(
+    older: &Rule<DestinationRule>,
+    newer: &Rule<DestinationRule>,
+) -> Option<Rule<DestinationRule>> {
+    let mut merged = older.clone();
+    for subset in &newer.spec.subsets {
+        if !merged.spec.subsets.iter().any(|s| s.name == subset.name) {
+            merged.spec.subsets.push(subset.clone());
+        }
+    }
+    if merged.spec.traffic_policy.is_none() {
+        merged.spec.traffic_policy = newer.spec.traffic_policy.clone();
+    }
+    Some(merged)
 }
 
 /// The full name a host written in a rule of `namespace` stands for.
@@ -111,19 +138,40 @@ impl<T> Clone for HostMap<T> {
 }
 
 impl<T> HostMap<T> {
+    /// Adds `rule` for `host`; a host that already has a rule keeps it.
     fn add(&mut self, host: &str, rule: &Arc<Rule<T>>) {
+        self.add_with(host, rule, |_, _| None);
+    }
+
+    /// Adds `rule` for `host`; when the host already has a rule, `merge(older, rule)` may replace
+    /// it (`None` keeps the older one).
+    fn add_with(
+        &mut self,
+        host: &str,
+        rule: &Arc<Rule<T>>,
+        merge: impl Fn(&Rule<T>, &Rule<T>) -> Option<Rule<T>>,
+    ) {
         let full = resolve_host(host, &rule.meta.namespace);
-        match full.strip_prefix('*') {
-            Some(suffix) => {
-                if !self.wildcards.iter().any(|(s, _)| s == suffix) {
+        let slot = match full.strip_prefix('*') {
+            Some(suffix) => match self.wildcards.iter().position(|(s, _)| s == suffix) {
+                Some(i) => &mut self.wildcards[i].1,
+                None => {
                     self.wildcards.push((suffix.to_string(), Arc::clone(rule)));
                     // Most specific first: longer suffixes match fewer names.
                     self.wildcards.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
+                    return;
                 }
-            }
-            None => {
-                self.exact.entry(full).or_insert_with(|| Arc::clone(rule));
-            }
+            },
+            None => match self.exact.entry(full) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(Arc::clone(rule));
+                    return;
+                }
+            },
+        };
+        if let Some(merged) = merge(slot, rule) {
+            *slot = Arc::new(merged);
         }
     }
 

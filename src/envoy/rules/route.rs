@@ -320,7 +320,7 @@ fn action(
         .iter()
         .enumerate()
         .filter_map(|(i, d)| {
-            let (cluster, host) = match destination_cluster(&d.destination, namespace, ctx) {
+            let (cluster, host, _) = match destination_cluster(&d.destination, namespace, ctx) {
                 Ok(c) => c,
                 Err(message) => {
                     issues.push(ConfigIssue {
@@ -432,7 +432,7 @@ fn action(
     };
     for (i, (dest, percent)) in mirrors.into_iter().enumerate() {
         match destination_cluster(dest, namespace, ctx) {
-            Ok((cluster, _)) => a.request_mirror_policies.push(RequestMirrorPolicy {
+            Ok((cluster, ..)) => a.request_mirror_policies.push(RequestMirrorPolicy {
                 cluster,
                 runtime_fraction: Some(RuntimeFractionalPercent {
                     default_value: Some(fraction(percent.map_or(100.0, |p| p.value))),
@@ -448,36 +448,24 @@ fn action(
         }
     }
     r.action = Some(route::Action::Route(a));
-    // One key per map at most: prost writes a HashMap in iteration order, which is stable only
-    // with a single key, and the bytes must be (versions are content hashes).
-    match (&http.fault, &http.cors_policy) {
-        (Some(fault), cors) => {
-            r.typed_per_filter_config
-                .insert(FAULT_FILTER.to_string(), any(&http_fault(fault)));
-            if cors.is_some() {
-                issues.push(ConfigIssue {
-                    object: object.to_string(),
-                    field: format!("{field}.corsPolicy"),
-                    message: "corsPolicy on a route that also injects faults is not applied; \
-                              move the fault to its own route"
-                        .to_string(),
-                });
-            }
-        }
-        (None, Some(cors)) => {
-            r.typed_per_filter_config
-                .insert(CORS_FILTER.to_string(), any(&cors_policy(cors)));
-        }
-        (None, None) => {}
+    // Two keys make the map's order vary; the route configuration is encoded in key order
+    // (`envoy::route::canonical`), so the bytes (and the version) stay the same.
+    if let Some(fault) = &http.fault {
+        r.typed_per_filter_config
+            .insert(FAULT_FILTER.to_string(), any(&http_fault(fault)));
+    }
+    if let Some(cors) = &http.cors_policy {
+        r.typed_per_filter_config
+            .insert(CORS_FILTER.to_string(), any(&cors_policy(cors)));
     }
 }
 
-/// The cluster a destination names, and its hostname.
-fn destination_cluster(
+/// The cluster a destination names, its hostname and port.
+pub(super) fn destination_cluster(
     d: &Destination,
     namespace: &str,
     ctx: &RouteContext<'_>,
-) -> Result<(String, Hostname), String> {
+) -> Result<(String, Hostname, u16), String> {
     let full = resolve_host(&d.host, namespace);
     let host = Hostname::new(&full).map_err(|e| format!("destination host {}: {e}", d.host))?;
     let port = match d.port {
@@ -491,7 +479,7 @@ fn destination_cluster(
         Some(subset) => subset_cluster_name(port, subset, &host),
         None => cluster_name(port, &host),
     };
-    Ok((cluster, host))
+    Ok((cluster, host, port))
 }
 
 /// Whether `host`'s DestinationRule defines `subset`.

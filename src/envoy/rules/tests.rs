@@ -11,6 +11,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_end
 use envoy_types::pb::envoy::config::route::v3::{
     Route, route, route_action, route_action::hash_policy, route_match,
 };
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{HttpFault, fault_abort};
 use prost::Message;
 use tributary_registries::rules::{DestinationRule, Rule, RuleMeta, RuleSet, VirtualService};
@@ -303,26 +304,39 @@ fn host_matching_prefers_exact_then_the_most_specific_wildcard() {
     assert_eq!(name("example.com"), None);
 }
 
-fn routes(
-    rule: &Arc<Rule<VirtualService>>,
-    drs: Vec<Arc<Rule<DestinationRule>>>,
-) -> (Vec<Route>, Vec<ConfigIssue>) {
-    let svc = Arc::new(reviews());
+/// Runs `f` in the context of port `port` of a mesh of `svc` alone, under `rules`.
+fn in_context<R>(
+    svc: MergedService,
+    rules: RuleSet,
+    port: u16,
+    f: impl FnOnce(&RouteContext<'_>, &MergedService) -> R,
+) -> R {
+    let svc = Arc::new(svc);
     let services = HashMap::from([(svc.service.hostname.clone(), Arc::clone(&svc))]);
-    let index = RuleIndex::new(&RuleSet {
-        destination_rules: drs,
-        virtual_services: vec![Arc::clone(rule)],
-    });
+    let index = RuleIndex::new(&rules);
     let options = TrafficOptions::default();
     let ctx = RouteContext {
-        port: 9080,
+        port,
         services: &services,
         rules: &index,
         options: &options,
     };
-    let mut issues = Vec::new();
-    let r = virtual_service_routes(rule, &ctx, &mut issues);
-    (r, issues)
+    f(&ctx, &svc)
+}
+
+fn routes(
+    rule: &Arc<Rule<VirtualService>>,
+    drs: Vec<Arc<Rule<DestinationRule>>>,
+) -> (Vec<Route>, Vec<ConfigIssue>) {
+    let rules = RuleSet {
+        destination_rules: drs,
+        virtual_services: vec![Arc::clone(rule)],
+    };
+    in_context(reviews(), rules, 9080, |ctx, _| {
+        let mut issues = Vec::new();
+        let r = virtual_service_routes(rule, ctx, &mut issues);
+        (r, issues)
+    })
 }
 
 fn action(r: &Route) -> &envoy_types::pb::envoy::config::route::v3::RouteAction {
@@ -431,6 +445,7 @@ http:
     withoutHeaders: {x-internal: {}}
   rewrite: {uri: /v2/api, authority: internal}
   fault: {abort: {httpStatus: 503, percentage: {value: 50}}}
+  corsPolicy: {allowOrigins: [{exact: "https://a.test"}], allowMethods: [GET]}
   mirror: {host: reviews, subset: v2}
   mirrorPercentage: {value: 12.5}
   headers: {request: {set: {x-a: "1"}, remove: [x-b]}, response: {add: {x-c: "2"}}}
@@ -478,6 +493,10 @@ http:
         Some(fault_abort::ErrorType::HttpStatus(503))
     );
     assert_eq!(abort.percentage.map(|p| p.numerator), Some(500_000));
+    // CORS and fault on one route: both applied (the map is encoded in key order).
+    let cors = CorsPolicy::decode(r[0].typed_per_filter_config[CORS_FILTER].value.as_slice())
+        .expect("cors config");
+    assert_eq!(cors.allow_methods, "GET");
     assert_eq!(r[0].request_headers_to_add.len(), 1);
     assert_eq!(r[0].request_headers_to_remove, ["x-b"]);
     assert_eq!(r[0].response_headers_to_add.len(), 1);
@@ -538,3 +557,6 @@ http:
     );
     assert!(issues.is_empty(), "{issues:?}");
 }
+
+mod merge;
+mod tcp;

@@ -86,7 +86,7 @@ subsets:
   labels: {version: v1}
 "#;
     let vs = r#"
-hosts: [reviews]
+hosts: [reviews, "*.wild.example"]
 http:
 - name: canary
   match:
@@ -100,6 +100,7 @@ http:
   route: [{destination: {host: reviews, subset: v2}}]
   rewrite: {uriRegexRewrite: {match: "^/api/(.*)$", rewrite: "/\\1"}, authority: reviews.internal}
   fault: {delay: {fixedDelay: 5ms, percentage: {value: 10}}, abort: {grpcStatus: UNAVAILABLE, percentage: {value: 1}}}
+  corsPolicy: {allowOrigins: [{exact: "https://c.example"}], allowMethods: [GET]}
 - match: [{uri: {exact: /old}}]
   redirect: {uri: /new, authority: example.com, redirectCode: 308, scheme: https, port: 8443}
 - match: [{uri: {prefix: /static}}]
@@ -118,6 +119,20 @@ http:
   mirror: {host: reviews, subset: v1}
   mirrorPercentage: {value: 12.5}
   headers: {request: {set: {x-a: "1"}, add: {x-b: "2"}, remove: [x-c]}, response: {set: {x-d: "3"}, remove: [server]}}
+tls:
+- match: [{sniHosts: [reviews, a.wild.example, "*.wild.example"], port: 9100}]
+  route: [{destination: {host: reviews, subset: v2, port: {number: 9100}}}]
+tcp:
+- match: [{port: 9100}]
+  route:
+  - {destination: {host: reviews, subset: v1, port: {number: 9100}}, weight: 70}
+  - {destination: {host: reviews, subset: v2, port: {number: 9100}}, weight: 30}
+"#;
+    // A name no registry knows, routed to the service: a virtual host of its own on 9080.
+    let external = r#"
+hosts: [partner.example]
+http:
+- route: [{destination: {host: reviews, port: {number: 9080}}}]
 "#;
     let set = RuleSet {
         destination_rules: vec![
@@ -130,10 +145,16 @@ http:
                 spec: serde_yaml::from_str(dr_dns).expect("api rule"),
             }),
         ],
-        virtual_services: vec![Arc::new(Rule {
-            meta: meta("reviews"),
-            spec: serde_yaml::from_str(vs).expect("virtual service"),
-        })],
+        virtual_services: vec![
+            Arc::new(Rule {
+                meta: meta("reviews"),
+                spec: serde_yaml::from_str(vs).expect("virtual service"),
+            }),
+            Arc::new(Rule {
+                meta: meta("partner"),
+                spec: serde_yaml::from_str(external).expect("virtual service"),
+            }),
+        ],
     };
     for rule in &set.destination_rules {
         let problems = tributary_registries::rules::validate_destination_rule(rule);
@@ -164,6 +185,13 @@ http:
             "{expected} missing from {names:?}"
         );
     }
+    let statics = bootstrap.static_resources.as_ref().expect("statics");
+    let tcp = statics
+        .listeners
+        .iter()
+        .find(|l| l.name == "0.0.0.0_9100")
+        .expect("the TCP listener");
+    assert_eq!(tcp.filter_chains.len(), 2, "an SNI chain and the tcp route");
     if let Err(out) = envoy_validate(&bootstrap, dir.path()) {
         panic!("Envoy rejected what the rules generated:\n{out}");
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tributary_registries::kubernetes::fake::{FakeApiServer, ResourceType};
+use tributary_registries::test_util::mcp_server::McpServer;
 
 use super::upstream::{Upstream, get};
 use crate::support::harness::{
@@ -19,6 +20,9 @@ use crate::support::harness::{
 
 /// The service every proof routes to.
 pub const HOST: &str = "reviews.rules.local";
+
+/// A TCP service on the same two endpoints, for the `tcp`/`tls` route proofs.
+pub const TCP_HOST: &str = "db.rules.local";
 
 /// The proxy's locality (the node's), and the other one.
 pub const LOCAL_ZONE: (&str, &str) = ("us-east", "zone-a");
@@ -39,6 +43,8 @@ pub enum Rules {
     Dir(PathBuf),
     /// Boxed: the fake server is large next to a path.
     Crds(Box<(FakeApiServer, [ResourceType; 4])>),
+    /// The test MCP server (`xds://`).
+    Mcp(Box<McpServer>),
 }
 
 /// The running mesh.
@@ -46,6 +52,8 @@ pub struct Mesh {
     /// Holds the files and logs until the mesh is dropped.
     _dir: tempfile::TempDir,
     pub port: u16,
+    /// The port of [`TCP_HOST`].
+    pub tcp_port: u16,
     pub v1: Upstream,
     pub v2: Upstream,
     pub mesh_file: PathBuf,
@@ -54,34 +62,42 @@ pub struct Mesh {
     pub envoy: Envoy,
 }
 
+/// A rule document of `kind` named `name` in namespace `default`, with `spec` (YAML indented for
+/// it).
+pub fn rule_doc(kind: &str, name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1
+kind: {kind}
+metadata: {{name: {name}, namespace: default}}
+spec:
+{spec}"
+    )
+}
+
 /// The destination rule with subsets v1 and v2 by `version` label, plus `policy` (YAML of a
 /// `trafficPolicy`, indented for it, or empty).
 pub fn destination_rule(policy: &str) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {{name: reviews, namespace: default}}
-spec:
-  host: {HOST}
+    rule_doc(
+        "DestinationRule",
+        "reviews",
+        &format!(
+            "  host: {HOST}
 {policy}  subsets:
   - name: v1
     labels: {{version: v1}}
   - name: v2
     labels: {{version: v2}}
 "
+        ),
     )
 }
 
 /// A virtual service for the host with `http` (YAML of the `http:` list items, indented for it).
 pub fn virtual_service(http: &str) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: reviews, namespace: default}}
-spec:
-  hosts: [{HOST}]
-  http:
-{http}"
+    rule_doc(
+        "VirtualService",
+        "reviews",
+        &format!("  hosts: [{HOST}]\n  http:\n{http}"),
     )
 }
 
@@ -127,12 +143,24 @@ impl Mesh {
         Self::start(dir, mode, &source, r).await
     }
 
+    /// Starts everything with the rules served by the test MCP server (`xds://`), which speaks
+    /// delta unless `sotw_only` (the client then falls back to SotW).
+    pub async fn with_mcp(mode: Mode, sotw_only: bool, rules: &[String]) -> Mesh {
+        let dir = tempfile::tempdir().unwrap();
+        let server = McpServer::start(!sotw_only).await.expect("test MCP server");
+        let docs: Vec<&str> = rules.iter().map(String::as_str).collect();
+        server.set_objects(&docs).expect("test rules map onto MCP");
+        let source = format!("  - address: xds://{}\n", server.addr());
+        Self::start(dir, mode, &source, Rules::Mcp(Box::new(server))).await
+    }
+
     async fn start(dir: tempfile::TempDir, mode: Mode, sources: &str, rules: Rules) -> Mesh {
         let v1 = Upstream::start("127.0.0.1", "v1").await;
         let v2 = Upstream::start("127.0.0.1", "v2").await;
         let port = free_port();
+        let tcp_port = free_port();
         let mesh_file = dir.path().join("mesh.yaml");
-        std::fs::write(&mesh_file, mock_mesh(port, &v1, &v2, true)).unwrap();
+        std::fs::write(&mesh_file, mock_mesh((port, tcp_port), &v1, &v2, true)).unwrap();
         let config = dir.path().join("tributary.yaml");
         std::fs::write(
             &config,
@@ -155,6 +183,7 @@ impl Mesh {
         Mesh {
             _dir: dir,
             port,
+            tcp_port,
             v1,
             v2,
             mesh_file,
@@ -174,6 +203,10 @@ impl Mesh {
         match &self.rules {
             Rules::Dir(d) => replace_file(&d.join("rules.yaml"), &docs.join("---\n")),
             Rules::Crds(_) => docs.iter().for_each(|d| self.rules.apply(d)),
+            Rules::Mcp(server) => {
+                let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+                server.set_objects(&docs).expect("test rules map onto MCP");
+            }
         }
     }
 
@@ -181,31 +214,18 @@ impl Mesh {
     pub fn set_v1_healthy(&self, healthy: bool) {
         replace_file(
             &self.mesh_file,
-            &mock_mesh(self.port, &self.v1, &self.v2, healthy),
+            &mock_mesh((self.port, self.tcp_port), &self.v1, &self.v2, healthy),
         );
     }
 
     /// `n` requests one after the other; answers by body (or `status:<code>` when not 200).
     pub async fn tally(&self, n: usize, headers: &[(&str, &str)]) -> BTreeMap<String, usize> {
-        let mut out = BTreeMap::new();
-        for _ in 0..n {
-            let key = match get(self.listener(), HOST, headers).await {
-                Some((200, body)) => body,
-                Some((status, _)) => format!("status:{status}"),
-                None => "no answer".to_string(),
-            };
-            *out.entry(key).or_default() += 1;
-        }
-        out
+        tally_at(self.listener(), HOST, n, headers).await
     }
 
     /// Waits until `n` consecutive requests all answer `want` (a body, or `status:<code>`).
     pub async fn settle(&self, headers: &[(&str, &str)], want: &str, n: usize) {
-        eventually(CONVERGE, &format!("{n} answers of {want}"), || async {
-            let t = self.tally(n, headers).await;
-            (t.get(want) == Some(&n)).then_some(())
-        })
-        .await;
+        settle_at(self.listener(), HOST, headers, want, n).await
     }
 
     /// Waits until Envoy holds a route with weighted clusters whose weights are `weights`
@@ -239,6 +259,45 @@ impl Mesh {
     }
 }
 
+/// `n` requests to `proxy` with `Host: host`, one after the other; answers by body (or
+/// `status:<code>` when not 200).
+pub async fn tally_at(
+    proxy: SocketAddr,
+    host: &str,
+    n: usize,
+    headers: &[(&str, &str)],
+) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for _ in 0..n {
+        let key = match get(proxy, host, headers).await {
+            Some((200, body)) => body,
+            Some((status, _)) => format!("status:{status}"),
+            None => "no answer".to_string(),
+        };
+        *out.entry(key).or_default() += 1;
+    }
+    out
+}
+
+/// Waits until `n` consecutive requests to `proxy` with `Host: host` all answer `want`.
+pub async fn settle_at(
+    proxy: SocketAddr,
+    host: &str,
+    headers: &[(&str, &str)],
+    want: &str,
+    n: usize,
+) {
+    eventually(
+        CONVERGE,
+        &format!("{n} answers of {want} for {host}"),
+        || async {
+            let t = tally_at(proxy, host, n, headers).await;
+            (t.get(want) == Some(&n)).then_some(())
+        },
+    )
+    .await;
+}
+
 impl Rules {
     /// Creates or updates a rule as a CRD.
     pub fn apply(&self, yaml: &str) {
@@ -256,21 +315,29 @@ impl Rules {
     }
 }
 
-/// The mock registry's file: the service with its two labelled endpoints.
-fn mock_mesh(port: u16, v1: &Upstream, v2: &Upstream, v1_healthy: bool) -> String {
-    let ep = |u: &Upstream, version: &str, (region, zone): (&str, &str), healthy: bool| {
-        format!(
-            "      - {{address: {}, ports: {{http: {}}}, labels: {{version: {version}}}, \
-             locality: {region}/{zone}, health: {}}}\n",
-            u.addr.ip(),
-            u.addr.port(),
-            if healthy { "healthy" } else { "unhealthy" }
-        )
+/// The mock registry's file: the HTTP service on `ports.0` and the TCP service on `ports.1`, each
+/// with the two labelled endpoints.
+fn mock_mesh(ports: (u16, u16), v1: &Upstream, v2: &Upstream, v1_healthy: bool) -> String {
+    let endpoints = |port_name: &str| {
+        let ep = |u: &Upstream, version: &str, (region, zone): (&str, &str), healthy: bool| {
+            format!(
+                "      - {{address: {}, ports: {{{port_name}: {}}}, labels: {{version: {version}}}, \
+                 locality: {region}/{zone}, health: {}}}\n",
+                u.addr.ip(),
+                u.addr.port(),
+                if healthy { "healthy" } else { "unhealthy" }
+            )
+        };
+        ep(v1, "v1", LOCAL_ZONE, v1_healthy) + &ep(v2, "v2", OTHER_ZONE, true)
     };
     format!(
-        "services:\n  - hostname: {HOST}\n    ports: [{{name: http, port: {port}, protocol: HTTP}}]\n    endpoints:\n{}{}",
-        ep(v1, "v1", LOCAL_ZONE, v1_healthy),
-        ep(v2, "v2", OTHER_ZONE, true)
+        "services:\n  - hostname: {HOST}\n    ports: [{{name: http, port: {}, protocol: HTTP}}]\n    \
+         endpoints:\n{}  - hostname: {TCP_HOST}\n    ports: [{{name: tcp, port: {}, \
+         protocol: TCP}}]\n    endpoints:\n{}",
+        ports.0,
+        endpoints("http"),
+        ports.1,
+        endpoints("tcp")
     )
 }
 

@@ -237,3 +237,89 @@ async fn the_crd_source_passes_the_conformance_test() {
     })
     .await;
 }
+
+/// Objects served by the test MCP server (`xds://`); failure is the server going away.
+struct XdsDriver {
+    server: crate::test_util::mcp_server::McpServer,
+    services: Services,
+}
+
+impl XdsDriver {
+    fn publish(&self) -> Result<(), DriverError> {
+        let docs: Vec<String> = self
+            .services
+            .ips
+            .iter()
+            .map(|(name, ips)| manifest(name, ips))
+            .collect();
+        let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+        Ok(self.server.set_objects(&docs)?)
+    }
+
+    fn cluster_config(&self) -> ServiceEntryConfig {
+        let mut config = ServiceEntryConfig::default();
+        (config.name, config.cluster_id) = ("se-conf".into(), "c1".into());
+        config
+    }
+}
+
+impl ConformanceDriver for XdsDriver {
+    fn origin(&self) -> Origin {
+        origin()
+    }
+
+    fn registry(&mut self) -> Box<dyn Registry> {
+        let xds = crate::serviceentry::XdsSourceConfig {
+            address: self.server.addr().to_string(),
+            retry_initial: Duration::from_millis(20),
+            retry_max: Duration::from_millis(200),
+            ..Default::default()
+        };
+        let mut config = self.cluster_config();
+        config.xds = Some(xds);
+        Box::new(ServiceEntryRegistry::new(config))
+    }
+
+    async fn add_service(&mut self, name: &str, endpoints: usize) -> Result<Hostname, DriverError> {
+        self.services.add(name, endpoints);
+        self.publish()?;
+        host(name)
+    }
+
+    async fn change_endpoint(&mut self, name: &str) -> Result<(), DriverError> {
+        self.services.change(name)?;
+        self.publish()
+    }
+
+    async fn remove_service(&mut self, name: &str) -> Result<(), DriverError> {
+        self.services.ips.remove(name).ok_or("unknown service")?;
+        self.publish()
+    }
+
+    async fn resync(&mut self) -> Result<(), DriverError> {
+        // REG-1: a new stream sends every collection whole again.
+        self.server.stop().await;
+        Ok(self.server.restart().await?)
+    }
+
+    async fn fail(&mut self) -> Result<(), DriverError> {
+        self.server.stop().await;
+        Ok(())
+    }
+
+    async fn heal(&mut self) -> Result<(), DriverError> {
+        Ok(self.server.restart().await?)
+    }
+}
+
+#[tokio::test]
+async fn the_xds_source_passes_the_conformance_test() {
+    let server = crate::test_util::mcp_server::McpServer::start(true)
+        .await
+        .expect("test MCP server");
+    check_registry_conformance(XdsDriver {
+        server,
+        services: Services::default(),
+    })
+    .await;
+}
