@@ -1,6 +1,6 @@
 //! Compiles the protobuf APIs with `protox`, so building needs no `protoc`: the project's own (the
 //! mock registry's control service) and Istio's vendored MCP and networking protos
-//! (`proto/istio`, MCP-over-xDS).
+//! (`third_party/istio-api`, MCP-over-xDS).
 
 #![allow(
     clippy::disallowed_methods,
@@ -11,7 +11,7 @@ use std::error::Error;
 
 const PROTO_ROOT: &str = "../proto";
 const MOCK_PROTO: &str = "../proto/tributary/mock/v1/mock.proto";
-const ISTIO_ROOT: &str = "../proto/istio";
+const ISTIO_ROOT: &str = "../third_party/istio-api";
 /// The Istio files the types are generated from; what they import comes along.
 const ISTIO_PROTOS: &[&str] = &[
     "mcp/v1alpha1/resource.proto",
@@ -23,6 +23,7 @@ const ISTIO_PROTOS: &[&str] = &[
 
 fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed={PROTO_ROOT}");
+    println!("cargo:rerun-if-changed={ISTIO_ROOT}");
     let fds = protox::compile([MOCK_PROTO], [PROTO_ROOT])?;
     // The descriptor set, embedded for gRPC server reflection.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("mock_descriptor.bin");

@@ -202,18 +202,7 @@ impl Config {
                 .addr = addr;
         }
         if let Some(file) = o.mock_file {
-            // Only a mock registry takes the mock file.
-            let existing = self.registries.iter_mut().find_map(|r| match r {
-                RegistryConfig::Mock(m) => Some(m),
-                _ => None,
-            });
-            match existing {
-                Some(m) => m.file = Some(file),
-                None => self.registries.push(RegistryConfig::Mock(MockConfig {
-                    file: Some(file),
-                    ..MockConfig::default()
-                })),
-            }
+            MockConfig::use_file(&mut self.registries, file);
         }
     }
 
@@ -233,8 +222,14 @@ impl Config {
 
     /// `registries`, then one ServiceEntry registry per config source (see
     /// [`tributary_registries::config_source`]): what the registry supervisor runs, in merge
-    /// order. Sources whose address is invalid are left out (`validate` refuses them).
+    /// order. Sources whose address is invalid are left out (`validate` refuses them). The demo
+    /// ([`Self::is_demo`]) runs the mock registry with the embedded demo mesh.
     pub fn all_registries(&self) -> Vec<RegistryConfig> {
+        if self.is_demo() {
+            return vec![RegistryConfig::Mock(
+                tributary_registries::mock::demo_config(),
+            )];
+        }
         let mut out = self.registries.clone();
         out.extend(
             self.config_sources

@@ -43,8 +43,8 @@ fn purge_freed_pages_at_once() {
 async fn main() -> anyhow::Result<()> {
     #[cfg(not(feature = "system-allocator"))]
     purge_freed_pages_at_once();
-    let cli = tributary::cli::Cli::parse();
-    use tributary::cli::Command;
+    let cli = tributary::Cli::parse();
+    use tributary::Command;
     // Commands that print their answer on stdout start no telemetry of their own.
     if !matches!(
         cli.command,

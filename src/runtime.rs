@@ -6,6 +6,7 @@
 pub(crate) mod accept;
 mod connections;
 mod first_frames;
+pub(crate) mod forward_io;
 pub(crate) mod metrics;
 mod registries;
 mod serve;
@@ -30,7 +31,7 @@ use tributary_registries::mock::{self, MockControl, MockHandle};
 
 use crate::admin::{self, AdminState};
 use crate::aggregate::{Aggregate, AggregateSettings, CommandSender, RegistriesView};
-use crate::config::{Config, RegistryConfig, ShutdownSettings};
+use crate::config::{Config, ShutdownSettings};
 use crate::envoy::GenerateOptions;
 use crate::snapshot::{MeshBuilder, SnapshotStore, run_builder};
 use crate::xds::{XdsOptions, XdsServer};
@@ -193,15 +194,10 @@ pub async fn start_with_faults(config: Config, faults: Faults) -> anyhow::Result
 }
 
 async fn start_inner(
-    mut config: Config,
+    config: Config,
     source: Option<ConfigSource>,
     faults: Faults,
 ) -> anyhow::Result<Running> {
-    if config.is_demo() {
-        config
-            .registries
-            .push(RegistryConfig::Mock(mock::demo_config()));
-    }
     let listeners = serve::Listeners::bind(&config).await?;
     let admin_listener = TcpListener::bind(config.admin_addr)
         .await

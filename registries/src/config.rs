@@ -87,6 +87,13 @@ pub trait AdapterConfig {
         Ok(())
     }
 
+    /// Every problem in what the registry reads, one line each (`file[:line]: message`), for
+    /// `tributary validate`: where [`Self::check_sources`] stops at what keeps the registry from
+    /// starting, this goes on through every file and reports the objects it would reject.
+    fn source_problems(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Builds the registry (validated again when an instance runs).
     fn build(&self) -> BuiltRegistry;
 }
@@ -103,6 +110,9 @@ impl<C: AdapterConfig> AdapterConfig for Box<C> {
     }
     fn check_sources(&self) -> Result<(), RegistryConfigError> {
         (**self).check_sources()
+    }
+    fn source_problems(&self) -> Vec<String> {
+        (**self).source_problems()
     }
     fn build(&self) -> BuiltRegistry {
         (**self).build()
@@ -172,6 +182,11 @@ impl RegistryConfig {
     /// Reads what the registry names and fails if it is missing or invalid.
     pub fn check_sources(&self) -> Result<(), RegistryConfigError> {
         self.adapter().check_sources()
+    }
+
+    /// Every problem in what the registry reads (see [`AdapterConfig::source_problems`]).
+    pub fn source_problems(&self) -> Vec<String> {
+        self.adapter().source_problems()
     }
 
     /// Builds the registry.

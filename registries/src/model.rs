@@ -313,6 +313,24 @@ pub struct Service {
 }
 
 impl Service {
+    /// A static, mesh-internal service with nothing else set (no ports, VIPs, labels, accounts,
+    /// namespace or `exportTo`): the base a registry or a test fills in with struct update syntax,
+    /// `Service { ports, ..Service::new(hostname, origin) }`.
+    pub fn new(hostname: Hostname, origin: Origin) -> Self {
+        Self {
+            hostname,
+            ports: Vec::new(),
+            vips: BTreeMap::new(),
+            resolution: Resolution::default(),
+            location: MeshLocation::default(),
+            labels: BTreeMap::new(),
+            service_accounts: Vec::new(),
+            namespace: String::new(),
+            export_to: Vec::new(),
+            origin,
+        }
+    }
+
     /// The port with this name, if any.
     pub fn port_named(&self, name: &str) -> Option<&ServicePort> {
         self.ports.iter().find(|p| p.name == name)
@@ -344,6 +362,23 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// A healthy endpoint of weight 1 at `address` with nothing else set (no per-port numbers,
+    /// labels, locality, network or identity): the base a registry or a test fills in with struct
+    /// update syntax, `Endpoint { labels, ..Endpoint::new(address, origin) }`.
+    pub fn new(address: impl Into<String>, origin: Origin) -> Self {
+        Self {
+            address: address.into(),
+            ports: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            locality: Locality::default(),
+            network: String::new(),
+            service_account: String::new(),
+            health: Health::default(),
+            weight: 1,
+            origin,
+        }
+    }
+
     /// The port this endpoint serves `port` on: its own port for that name, else the service
     /// port's `target_port`, else the service port's number (Istio's order for WorkloadEntries).
     ///

@@ -52,6 +52,18 @@ pub enum RegistryStatus {
     },
 }
 
+impl RegistryStatus {
+    /// `Healthy` with no reasons, else `Degraded` with every reason, `; `-separated.
+    pub fn from_reasons<S: std::borrow::Borrow<str>>(reasons: &[S]) -> Self {
+        match reasons.is_empty() {
+            true => Self::Healthy,
+            false => Self::Degraded {
+                reason: reasons.join("; "),
+            },
+        }
+    }
+}
+
 /// A config object (or a file of them) a registry could not accept, with where and why.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Rejection {

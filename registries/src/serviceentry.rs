@@ -67,8 +67,8 @@ use crate::registry::{Registry, RegistryError, RegistrySink};
 
 pub use catalog::Catalog;
 pub use config::{ConfigError, CrdSourceConfig, ServiceEntryConfig};
-pub use files::read_manifest;
 pub use files::watch::WatchError;
+pub use files::{manifest_problems, read_manifest};
 pub use types::{API_VERSIONS, GROUP};
 pub use worker::{FILE_DEBOUNCE, FILE_DEBOUNCE_MAX};
 pub use xds::{DEFAULT_NODE_ID, XdsProtocol, XdsSourceConfig, XdsTlsConfig};
@@ -109,6 +109,10 @@ impl AdapterConfig for ServiceEntryConfig {
                 .map_err(|e| source(e.to_string()))?;
         }
         Ok(())
+    }
+
+    fn source_problems(&self) -> Vec<String> {
+        files::directory_problems(self)
     }
 
     fn build(&self) -> BuiltRegistry {

@@ -20,6 +20,9 @@
 //! `tokio::time`, so a registry with no real I/O can run it under a paused clock.
 
 pub mod mcp_server;
+mod observed;
+
+pub use observed::{Observed, Observer};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

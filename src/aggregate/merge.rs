@@ -115,54 +115,16 @@ pub fn merge<'a>(states: impl IntoIterator<Item = &'a ServiceState>) -> Option<M
 mod tests {
     use std::collections::BTreeMap;
 
-    use tributary_registries::{
-        ClusterId, Health, Hostname, Locality, MeshLocation, Origin, Protocol, Resolution,
-        ServicePort,
-    };
+    use tributary_registries::ClusterId;
 
     use super::*;
 
-    fn origin(r: &str) -> Origin {
-        Origin {
-            registry: RegistryId::new(r),
-            cluster: ClusterId::new(r),
-        }
-    }
-
+    /// `a.example` from registry `r`, with a VIP and a service account of its own.
     fn state(r: &str, port: u16, ips: &[&str]) -> ServiceState {
-        ServiceState {
-            service: Service {
-                hostname: Hostname::new("a.example").unwrap(),
-                ports: vec![ServicePort {
-                    name: "http".into(),
-                    port,
-                    protocol: Protocol::Http,
-                    target_port: None,
-                }],
-                vips: BTreeMap::from([(ClusterId::new(r), vec!["10.0.0.1".parse().unwrap()])]),
-                resolution: Resolution::Static,
-                location: MeshLocation::MeshInternal,
-                labels: BTreeMap::new(),
-                service_accounts: vec![format!("sa-{r}")],
-                namespace: String::new(),
-                export_to: Vec::new(),
-                origin: origin(r),
-            },
-            endpoints: ips
-                .iter()
-                .map(|ip| Endpoint {
-                    address: ip.to_string(),
-                    ports: BTreeMap::new(),
-                    labels: BTreeMap::new(),
-                    locality: Locality::default(),
-                    network: String::new(),
-                    service_account: String::new(),
-                    health: Health::Healthy,
-                    weight: 1,
-                    origin: origin(r),
-                })
-                .collect(),
-        }
+        let mut s = super::super::tests::state(r, "a.example", port, ips);
+        s.service.vips = BTreeMap::from([(ClusterId::new(r), vec!["10.0.0.1".parse().unwrap()])]);
+        s.service.service_accounts = vec![format!("sa-{r}")];
+        s
     }
 
     #[test]

@@ -134,9 +134,7 @@ pub(super) fn remap(ep: &Endpoint, map: &PortMap<'_>) -> (Endpoint, Vec<(String,
 mod tests {
     use std::collections::BTreeMap;
 
-    use tributary_registries::{
-        ClusterId, Health, Hostname, Locality, MeshLocation, Origin, Protocol, Resolution,
-    };
+    use tributary_registries::{ClusterId, Hostname, Origin, Protocol};
 
     use super::*;
 
@@ -151,36 +149,27 @@ mod tests {
 
     fn service(registry: &str, ports: Vec<ServicePort>) -> Service {
         Service {
-            hostname: Hostname::new("web.shop.svc.cluster.local").expect("valid"),
             ports,
-            vips: BTreeMap::new(),
-            resolution: Resolution::Static,
-            location: MeshLocation::MeshInternal,
-            labels: BTreeMap::new(),
-            service_accounts: Vec::new(),
-            namespace: String::new(),
-            export_to: Vec::new(),
-            origin: Origin {
-                registry: RegistryId::new(registry),
-                cluster: ClusterId::new(registry),
-            },
+            ..Service::new(
+                Hostname::new("web.shop.svc.cluster.local").expect("valid"),
+                Origin {
+                    registry: RegistryId::new(registry),
+                    cluster: ClusterId::new(registry),
+                },
+            )
         }
     }
 
     fn endpoint(ports: &[(&str, u16)]) -> Endpoint {
         Endpoint {
-            address: "10.0.0.9".into(),
             ports: ports.iter().map(|(n, p)| (n.to_string(), *p)).collect(),
-            labels: BTreeMap::new(),
-            locality: Locality::default(),
-            network: String::new(),
-            service_account: String::new(),
-            health: Health::Healthy,
-            weight: 1,
-            origin: Origin {
-                registry: RegistryId::new("other"),
-                cluster: ClusterId::new("other"),
-            },
+            ..Endpoint::new(
+                "10.0.0.9",
+                Origin {
+                    registry: RegistryId::new("other"),
+                    cluster: ClusterId::new("other"),
+                },
+            )
         }
     }
 

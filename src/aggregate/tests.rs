@@ -1,15 +1,14 @@
 //! The aggregate task driven end to end on tokio's paused clock: the test plays the registries and
 //! the snapshot builder, and checks when pushes happen and what they carry.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep};
 use tributary_registries::{
-    Change, ClusterId, Endpoint, Health, Hostname, Locality, MeshLocation, Origin, Protocol,
-    RegistryEvent, RegistryId, RegistryMessage, RegistryStatus, Resolution, Service, ServicePort,
-    ServiceState,
+    Change, ClusterId, Endpoint, Hostname, Origin, Protocol, RegistryEvent, RegistryId,
+    RegistryMessage, RegistryStatus, Service, ServicePort, ServiceState,
 };
 
 use super::*;
@@ -18,42 +17,25 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn state(registry: &str, host: &str, port: u16, ips: &[&str]) -> ServiceState {
+/// `host` from `registry` (its cluster named alike): one HTTP port, endpoints at `ips`.
+pub(super) fn state(registry: &str, host: &str, port: u16, ips: &[&str]) -> ServiceState {
     let origin = Origin {
         registry: RegistryId::new(registry),
         cluster: ClusterId::new(registry),
     };
     ServiceState {
         service: Service {
-            hostname: Hostname::new(host).unwrap(),
             ports: vec![ServicePort {
                 name: "http".into(),
                 port,
                 protocol: Protocol::Http,
                 target_port: None,
             }],
-            vips: BTreeMap::new(),
-            resolution: Resolution::Static,
-            location: MeshLocation::MeshInternal,
-            labels: BTreeMap::new(),
-            service_accounts: vec![],
-            namespace: String::new(),
-            export_to: Vec::new(),
-            origin: origin.clone(),
+            ..Service::new(Hostname::new(host).unwrap(), origin.clone())
         },
         endpoints: ips
             .iter()
-            .map(|ip| Endpoint {
-                address: ip.to_string(),
-                ports: BTreeMap::new(),
-                labels: BTreeMap::new(),
-                locality: Locality::default(),
-                network: String::new(),
-                service_account: String::new(),
-                health: Health::Healthy,
-                weight: 1,
-                origin: origin.clone(),
-            })
+            .map(|ip| Endpoint::new(ip.to_string(), origin.clone()))
             .collect(),
     }
 }

@@ -116,14 +116,7 @@ impl MockArgs {
                 );
             }
             MockAction::Get { hostname } => {
-                let list = client.list_services(self.request(proto::ListServicesRequest {})?);
-                let found = list
-                    .await?
-                    .into_inner()
-                    .services
-                    .into_iter()
-                    .find(|s| s.hostname.eq_ignore_ascii_case(hostname))
-                    .with_context(|| format!("no service {hostname:?} in the mock registry"))?;
+                let found = self.service(&mut client, hostname).await?;
                 print!("{}", serde_yaml::to_string(&spec_from_proto(found)?)?);
             }
             MockAction::Upsert { file } => {
@@ -216,6 +209,21 @@ impl MockArgs {
         Ok(req)
     }
 
+    /// The service the mock registry serves for `hostname` (compared case-insensitively).
+    async fn service(
+        &self,
+        client: &mut MockRegistryClient<Channel>,
+        hostname: &str,
+    ) -> anyhow::Result<proto::Service> {
+        let list = client.list_services(self.request(proto::ListServicesRequest {})?);
+        list.await?
+            .into_inner()
+            .services
+            .into_iter()
+            .find(|s| s.hostname.eq_ignore_ascii_case(hostname))
+            .with_context(|| format!("no service {hostname:?} in the mock registry"))
+    }
+
     /// The endpoints of `file`, checked against the service's ports.
     async fn endpoints(
         &self,
@@ -226,14 +234,7 @@ impl MockArgs {
         let text = read(file)?;
         let endpoints: Vec<EndpointSpec> = serde_yaml::from_str(&text)
             .with_context(|| format!("{}: not a YAML list of endpoints", file.display()))?;
-        let list = client.list_services(self.request(proto::ListServicesRequest {})?);
-        let current = list
-            .await?
-            .into_inner()
-            .services
-            .into_iter()
-            .find(|s| s.hostname.eq_ignore_ascii_case(hostname))
-            .with_context(|| format!("no service {hostname:?} in the mock registry"))?;
+        let current = self.service(client, hostname).await?;
         let mut spec: ServiceSpec = spec_from_proto(current)?;
         spec.endpoints = endpoints;
         let service = spec_to_proto(&spec, &MockConfig::default().origin())

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use tributary_registries::mock::MockConfig;
-use tributary_registries::serviceentry::{ServiceEntryConfig, read_manifest};
+use tributary_registries::serviceentry::{ServiceEntryConfig, manifest_problems};
 
-use crate::config::{Config, ConfigError, RegistryConfig};
+use crate::config::{Config, ConfigError};
 
 /// File name endings read from a directory.
 const EXTENSIONS: &[&str] = &["yaml", "yml", "json"];
@@ -102,7 +102,11 @@ fn check_file(path: &Path, out: &mut Vec<String>) {
         Err(e) => return out.push(format!("{}: cannot read: {e}", path.display())),
     };
     match classify(&text) {
-        Kind::Istio => check_manifest(&ServiceEntryConfig::default(), path, &text, out),
+        Kind::Istio => out.extend(manifest_problems(
+            &ServiceEntryConfig::default(),
+            path,
+            &text,
+        )),
         Kind::Mock => {
             let mock = MockConfig {
                 file: Some(path.to_path_buf()),
@@ -143,18 +147,6 @@ fn classify(text: &str) -> Kind {
     kind
 }
 
-fn check_manifest(config: &ServiceEntryConfig, path: &Path, text: &str, out: &mut Vec<String>) {
-    match read_manifest(config, path, text) {
-        Err(e) => out.push(e),
-        Ok(catalog) => out.extend(
-            catalog
-                .rejections
-                .iter()
-                .map(|r| format!("{}: {}: {}: {}", r.source, r.object, r.field, r.message)),
-        ),
-    }
-}
-
 fn check_config(path: &Path, out: &mut Vec<String>) {
     let config = match Config::from_file(path) {
         Ok(c) => c,
@@ -171,28 +163,10 @@ fn check_config(path: &Path, out: &mut Vec<String>) {
     if let Err(e) = config.check_sources() {
         out.push(format!("{}: {e}", path.display()));
     }
-    // `config_sources` entries too: a `fs://` source reads its directory as this registry does.
+    // Every file each registry reads (`config_sources` entries too, as the registries they run
+    // as), as the registry itself reads it.
     for r in &config.all_registries() {
-        let RegistryConfig::ServiceEntry(se) = r else {
-            continue;
-        };
-        let Some(dir) = &se.directory else { continue };
-        match files_under(dir) {
-            Err(e) => out.push(format!(
-                "{}: registry {:?}: directory {}: {e}",
-                path.display(),
-                se.name,
-                dir.display()
-            )),
-            Ok(files) => {
-                for f in files {
-                    match std::fs::read_to_string(&f) {
-                        Ok(text) => check_manifest(se, &f, &text, out),
-                        Err(e) => out.push(format!("{}: cannot read: {e}", f.display())),
-                    }
-                }
-            }
-        }
+        out.extend(r.source_problems());
     }
 }
 

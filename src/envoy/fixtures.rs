@@ -1,12 +1,10 @@
 //! Builders shared by the tests of every resource file, and by the integration tests through the
 //! `test-util` feature (tests/e2e/envoy_validate.rs builds its mesh with them).
 
-use std::collections::BTreeMap;
-
 use prost::Message;
+use tributary_registries::rules::RuleMeta;
 use tributary_registries::{
-    ClusterId, Endpoint, Health, Hostname, Locality, MeshLocation, Origin, Protocol, RegistryId,
-    Resolution, Service, ServicePort,
+    ClusterId, Endpoint, Hostname, Origin, Protocol, RegistryId, Resolution, Service, ServicePort,
 };
 
 use envoy_types::pb::envoy::config::core::v3::Address;
@@ -15,6 +13,16 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::EncodedResource;
 use crate::aggregate::MergedService;
+
+/// The metadata of a rule named `name` in namespace `default`, from source `test`.
+pub fn rule_meta(name: &str) -> RuleMeta {
+    RuleMeta {
+        namespace: "default".into(),
+        name: name.into(),
+        source: "test".into(),
+        ..RuleMeta::default()
+    }
+}
 
 /// A service port.
 pub fn port(name: &str, port: u16, protocol: Protocol) -> ServicePort {
@@ -35,33 +43,18 @@ fn origin(registry: &str) -> Origin {
 
 /// A healthy endpoint of weight 1 at `address`, no locality, serving every port on its number.
 pub fn ep(address: &str) -> Endpoint {
-    Endpoint {
-        address: address.to_string(),
-        ports: BTreeMap::new(),
-        labels: BTreeMap::new(),
-        locality: Locality::default(),
-        network: String::new(),
-        service_account: String::new(),
-        health: Health::Healthy,
-        weight: 1,
-        origin: origin("mock"),
-    }
+    Endpoint::new(address.to_string(), origin("mock"))
 }
 
 /// A `Static`, mesh-internal service as the aggregate would hand it over.
 pub fn merged(host: &str, ports: Vec<ServicePort>, endpoints: Vec<Endpoint>) -> MergedService {
     MergedService {
         service: Service {
-            hostname: Hostname::new(host).expect("test hostnames are valid"),
             ports,
-            vips: BTreeMap::new(),
-            resolution: Resolution::Static,
-            location: MeshLocation::MeshInternal,
-            labels: BTreeMap::new(),
-            service_accounts: Vec::new(),
-            namespace: String::new(),
-            export_to: Vec::new(),
-            origin: origin("mock"),
+            ..Service::new(
+                Hostname::new(host).expect("test hostnames are valid"),
+                origin("mock"),
+            )
         },
         endpoints,
         registries: vec![RegistryId::new("mock")],

@@ -14,6 +14,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tonic::transport::server::Connected;
 
+use super::forward_io::forward_async_write;
+
 /// The client connection preface (24 bytes) plus a SETTINGS frame header (9 bytes).
 pub(crate) const GREETING_BYTES: usize = 24 + 9;
 
@@ -75,35 +77,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-}
+forward_async_write!(impl[IO: AsyncWrite + Unpin] for Watched<IO>);
 
 #[cfg(test)]
 mod tests {

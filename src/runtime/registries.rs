@@ -229,12 +229,7 @@ impl Supervisor {
             }
             last = text;
             match source.load() {
-                Ok(mut new) => {
-                    if new.is_demo() {
-                        new.registries.push(RegistryConfig::Mock(
-                            tributary_registries::mock::demo_config(),
-                        ));
-                    }
+                Ok(new) => {
                     warn_restart_only(&current, &new);
                     self.apply(&new.all_registries()).await;
                     info!(path = %source.path.display(), "config reloaded");

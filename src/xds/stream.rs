@@ -265,6 +265,13 @@ impl<P: Protocol> Stream<P> {
         if let Err(status) = self.on_request(first) {
             return Some(status);
         }
+        // Made once and kept across wake-ups: each one registered anew per loop turn cost every
+        // stream two waiter-list updates (one on the server-wide drain token) per request and push.
+        // The body going away needs no arm: dropping the body aborts this task (`body.rs`).
+        let drained = drain.cancelled();
+        tokio::pin!(drained);
+        let forced = force_push.notified();
+        tokio::pin!(forced);
         loop {
             let want = self.has_work(latest_seq);
             let deadline = self.gate.deadline();
@@ -277,7 +284,7 @@ impl<P: Protocol> Stream<P> {
             };
             tokio::select! {
                 biased;
-                () = drain.cancelled() => return Some(Status::unavailable("server is shutting down")),
+                () = &mut drained => return Some(Status::unavailable("server is shutting down")),
                 msg = requests.message() => match msg {
                     Ok(Some(req)) => if let Err(status) = self.on_request(req) {
                         return Some(status);
@@ -294,9 +301,11 @@ impl<P: Protocol> Stream<P> {
                     Ok(()) => latest_seq = *snapshots.borrow_and_update(),
                     Err(_) => return Some(Status::unavailable("server is shutting down")),
                 },
-                () = force_push.notified() => self.proto.force_all(),
+                () = &mut forced => {
+                    forced.set(force_push.notified());
+                    self.proto.force_all();
+                }
                 () = gate_expiry => self.expire_gate(),
-                () = self.writer.gone() => return None,
             }
         }
     }

@@ -265,8 +265,9 @@ impl Subscription {
     }
 }
 
-/// An order-sensitive hash of a SotW name list; each name is length-prefixed, so no two lists
-/// share an encoding.
+/// An order-sensitive hash of a SotW name list: of the list's canonical protobuf encoding as
+/// `resource_names` entries (key, length, name), so no two lists share an encoding and a request
+/// read from the wire can hash its entries' bytes as they are, a whole run at a time.
 pub(crate) fn list_hash<'a>(names: impl IntoIterator<Item = &'a str>) -> u128 {
     let mut h = ListHasher::default();
     for n in names {
@@ -280,14 +281,37 @@ pub(crate) fn list_hash<'a>(names: impl IntoIterator<Item = &'a str>) -> u128 {
 pub(crate) struct ListHasher(xxhash_rust::xxh3::Xxh3);
 
 impl ListHasher {
+    /// The key of a `resource_names` entry (field 3, length-delimited).
+    pub(crate) const ENTRY_KEY: u8 = (3 << 3) | 2;
+
     pub(crate) fn add(&mut self, name: &str) {
-        self.0.update(&(name.len() as u64).to_le_bytes());
+        let mut prefix = [0u8; 11];
+        prefix[0] = Self::ENTRY_KEY;
+        let len = 1 + encode_varint(name.len() as u64, &mut prefix[1..]);
+        self.0.update(&prefix[..len]);
         self.0.update(name.as_bytes());
+    }
+
+    /// Adds entries already in canonical encoding ([`Self::add`]'s bytes for each of them).
+    pub(crate) fn add_encoded(&mut self, entries: &[u8]) {
+        self.0.update(entries);
     }
 
     pub(crate) fn finish(&self) -> u128 {
         self.0.digest128()
     }
+}
+
+/// Writes `v` as a base-128 varint into `out` (room for 10 bytes); returns its length.
+pub(crate) fn encode_varint(mut v: u64, out: &mut [u8]) -> usize {
+    let mut i = 0;
+    while v >= 0x80 {
+        out[i] = (v as u8) | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    out[i] = v as u8;
+    i + 1
 }
 
 /// `name` as a shared `Arc<str>`: the snapshot's own key when `known` has the resource, else a

@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tributary_registries::consul::fake::FakeConsul;
 
 use crate::support::harness::{
@@ -403,30 +402,14 @@ async fn rotate_certificates(mode: Rotation) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ca = pki::Ca::new("mesh root");
-    let server = ca.server();
     let spiffe = "spiffe://cluster.local/ns/shop/sa/cart";
     let tls_addr = loopback(free_port());
-    let config = format!(
-        "tls:\n  addr: {tls_addr}\n  cert: {}\n  key: {}\n  client_ca: {}\n  trust_domain: cluster.local\n",
-        pki::write(d, "server.crt", &server.cert).display(),
-        pki::write(d, "server.key", &server.key).display(),
-        pki::write(d, "ca.crt", &ca.pem).display(),
-    );
-    let config_path = pki::write(d, "tributary.yaml", &config);
+    let config_path = ca.write_tls_config(d, tls_addr);
     let backend = Backend::start("web-1").await;
-    let (mesh, listener) = write_mesh(d, backend.addr);
-    let _t = Tributary::start(
-        d,
-        loopback(free_port()),
-        loopback(free_port()),
-        &[
-            "--config",
-            config_path.to_str().unwrap(),
-            "--mock-file",
-            mesh.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let port = free_port();
+    let listener = loopback(port);
+    let config = ["--config", config_path.to_str().unwrap()];
+    let (_t, _) = Tributary::on_mesh(d, &mesh(port, &[backend.addr]), &config).await;
     let certs = d.join("certs");
     std::fs::create_dir_all(&certs).unwrap();
     let leaf = ca.client(spiffe);
@@ -544,44 +527,14 @@ async fn rotate_certificates(mode: Rotation) {
     assert!(std::fs::metadata(d.join("rot").join("envoy-rev1.json")).is_ok());
 }
 
-/// An HTTP backend that answers each request after `delay`.
-async fn slow_backend(delay: Duration) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                continue;
-            };
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => seen.extend_from_slice(&buf[..n]),
-                    }
-                }
-                tokio::time::sleep(delay).await;
-                let _ = s
-                    .write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\nslow",
-                    )
-                    .await;
-            });
-        }
-    });
-    (addr, task)
-}
-
 // AGENT-4: SIGTERM while requests are in flight: they complete, the agent exits 0 within the
 // drain time, and the listener refuses connections afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_in_flight_requests_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (backend, _task) = slow_backend(Duration::from_millis(1500)).await;
-    let (mesh, listener) = write_mesh(d, backend);
+    let backend = Backend::start_slow("slow", Duration::from_millis(1500)).await;
+    let (mesh, listener) = write_mesh(d, backend.addr);
     let xds = loopback(free_port());
     let _t = tributary_on(d, xds, &mesh).await;
     let mut agent = Agent::start(
@@ -738,6 +691,15 @@ fn humantime_secs(s: &str) -> u64 {
     n
 }
 
+/// Waits until `vmapp`'s only instance in `fake` is `id`, with check status `status`.
+async fn wait_vmapp(fake: &FakeConsul, id: &str, status: &str) {
+    let want = [(id.to_string(), status.to_string())];
+    eventually(LIMIT, &format!("{id} {status} in Consul"), || async {
+        (consul_health(fake, "vmapp").await == want).then_some(())
+    })
+    .await;
+}
+
 /// `/v1/health/service/<name>` of the fake Consul: (instance id, its check's status) pairs.
 async fn consul_health(fake: &FakeConsul, service: &str) -> Vec<(String, String)> {
     let (_, body) = http_get(
@@ -823,11 +785,7 @@ async fn consul_registration_is_routable_and_follows_the_agent() {
     let args: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut agent = Agent::start(d, "consul", xds, &args);
     agent.wait_ready().await;
-    eventually(LIMIT, "vmapp-1 passing in Consul", || async {
-        (consul_health(&fake, "vmapp").await == [("vmapp-1".into(), "passing".into())])
-            .then_some(())
-    })
-    .await;
+    wait_vmapp(&fake, "vmapp-1", "passing").await;
     let check = &fake.http_checks()[0];
     assert_eq!(check.url, format!("http://{}/healthz/ready", agent.status));
 
@@ -852,18 +810,10 @@ async fn consul_registration_is_routable_and_follows_the_agent() {
     let args: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut agent = Agent::start(d, "consul-2", xds, &args);
     agent.wait_ready().await;
-    eventually(LIMIT, "vmapp-2 passing", || async {
-        (consul_health(&fake, "vmapp").await == [("vmapp-2".into(), "passing".into())])
-            .then_some(())
-    })
-    .await;
+    wait_vmapp(&fake, "vmapp-2", "passing").await;
     let pids = agent.envoy_pids();
     kill9(pids[0]);
     let status = agent.wait_exit(LIMIT);
     assert!(!status.success());
-    eventually(LIMIT, "vmapp-2 critical", || async {
-        (consul_health(&fake, "vmapp").await == [("vmapp-2".into(), "critical".into())])
-            .then_some(())
-    })
-    .await;
+    wait_vmapp(&fake, "vmapp-2", "critical").await;
 }

@@ -10,29 +10,15 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use crate::support::harness;
-use crate::support::harness::{Tributary, free_port, loopback, mesh, tributary_bin};
+use crate::support::harness::{
+    Tributary, free_port, loopback, mesh, tls_service_entry, tributary_bin,
+};
 
 /// Longest a failing start may take to exit.
 const EXIT_LIMIT: Duration = Duration::from_secs(20);
 
 const BAD_MOCK: &str =
     "services:\n- hostname: a.example\n  ports: [{name: http, port: 0, protocol: HTTP}]\n";
-const BAD_SERVICE_ENTRY: &str = "apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: ext, namespace: shop}
-spec:
-  hosts: [api.example.com]
-  ports: [{number: 0, name: tls, protocol: TLS}]
-  resolution: DNS
-";
-const GOOD_SERVICE_ENTRY: &str = "apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: ext, namespace: shop}
-spec:
-  hosts: [api.example.com]
-  ports: [{number: 443, name: tls, protocol: TLS}]
-  resolution: DNS
-";
 
 /// Runs the binary to completion (bounded), with no backtraces in its messages.
 fn run(dir: &Path, args: &[&str]) -> Output {
@@ -131,7 +117,7 @@ fn validate_prints_every_problem_with_file_and_line_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir(d.join("istio")).unwrap();
-    std::fs::write(d.join("istio/good.yaml"), GOOD_SERVICE_ENTRY).unwrap();
+    std::fs::write(d.join("istio/good.yaml"), tls_service_entry(443)).unwrap();
     std::fs::write(d.join("mesh.yaml"), mesh(8080, &[loopback(9090)])).unwrap();
     std::fs::write(
         d.join("tributary.yaml"),
@@ -155,7 +141,7 @@ fn validate_prints_every_problem_with_file_and_line_and_exits_1() {
     assert!(clean.status.success(), "{}", text(&clean));
     assert!(text(&clean).contains("no validation issues found"));
 
-    std::fs::write(d.join("istio/bad.yaml"), BAD_SERVICE_ENTRY).unwrap();
+    std::fs::write(d.join("istio/bad.yaml"), tls_service_entry(0)).unwrap();
     std::fs::write(d.join("bad-mock.yaml"), BAD_MOCK).unwrap();
     std::fs::write(d.join("broken.yaml"), "registries: [\n").unwrap();
     let out = run(

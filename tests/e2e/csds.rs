@@ -70,15 +70,7 @@ async fn csds_lists_envoy_grpc_and_raw_clients_with_resource_status() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let backend = loopback(free_port());
-    let file = dir.path().join("mesh.yaml");
-    std::fs::write(&file, grpc_mesh(HOST, port, &[backend])).unwrap();
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--mock-file", file.to_str().unwrap()],
-    )
-    .await;
+    let (t, _file) = Tributary::on_mesh(dir.path(), &grpc_mesh(HOST, port, &[backend]), &[]).await;
 
     // A real Envoy and a real grpcio client.
     let mut envoy = Envoy::start(

@@ -8,7 +8,7 @@ use tributary_registries::mock::proto::{Endpoint as EndpointSpec, SetEndpointsRe
 
 use crate::support::harness::{
     Backend, Envoy, Tributary, dynamic_config, eventually, free_port, http_get, loopback, mesh,
-    no_rejections, replace_file, wait_for_backend, warming_drains,
+    move_web, no_rejections, replace_file, wait_for_backend, warming_drains,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,20 +62,12 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
     let b = Backend::start("backend-b").await;
     let port = free_port();
     let listener = loopback(port);
-    let file = dir.path().join("mesh.yaml");
-    std::fs::write(&file, mesh(port, &[a.addr])).unwrap();
     // The control API has its own listener (docs/hardening.md).
     let control = loopback(free_port());
-    let t = Tributary::start(
+    let (t, file) = Tributary::on_mesh(
         dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &[
-            "--mock-file",
-            file.to_str().unwrap(),
-            "--control-addr",
-            &control.to_string(),
-        ],
+        &mesh(port, &[a.addr]),
+        &["--control-addr", &control.to_string()],
     )
     .await;
     let mut envoy = Envoy::start(
@@ -95,14 +87,7 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
     .await;
 
     // A file edit moves traffic to another endpoint within 1 s.
-    replace_file(&file, &mesh(port, &[b.addr]));
-    let took = wait_for_backend(
-        listener,
-        "web.e2e.local",
-        "backend-b",
-        Duration::from_secs(10),
-    )
-    .await;
+    let took = move_web(&file, port, b.addr, "backend-b").await;
     println!("file edit → traffic moved in {took:?}");
     assert!(
         took < Duration::from_secs(1),
@@ -166,14 +151,7 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
         registryz.contains("degraded"),
         "the bad file shows in /debug/registryz: {registryz}"
     );
-    replace_file(&file, &mesh(port, &[b.addr]));
-    wait_for_backend(
-        listener,
-        "web.e2e.local",
-        "backend-b",
-        Duration::from_secs(10),
-    )
-    .await;
+    move_web(&file, port, b.addr, "backend-b").await;
     no_rejections(&envoy).await;
 }
 
@@ -209,18 +187,10 @@ async fn restart_causes_no_spurious_deletions() {
     let listeners_removed_before = envoy.stat("listener_manager.listener_removed").await;
 
     t.proc.kill();
-    eventually(
-        Duration::from_secs(10),
-        "Envoy to notice the disconnect",
-        || async { (envoy.stat("control_plane.connected_state").await == 0).then_some(()) },
-    )
-    .await;
+    envoy.wait_connected(false, Duration::from_secs(10)).await;
     drop(t);
     let _t = Tributary::start(dir.path(), xds, admin, &args).await;
-    eventually(Duration::from_secs(30), "Envoy to reconnect", || async {
-        (envoy.stat("control_plane.connected_state").await == 1).then_some(())
-    })
-    .await;
+    envoy.wait_connected(true, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     assert_eq!(

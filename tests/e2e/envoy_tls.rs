@@ -27,31 +27,13 @@ async fn envoy_gets_config_over_mtls_from_bootstrap_tls() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ca = Ca::new("mesh root");
-    let server = ca.server();
     let client = ca.client("spiffe://cluster.local/ns/shop/sa/cart");
     let tls_addr = loopback(free_port());
-    let config = format!(
-        "tls:\n  addr: {tls_addr}\n  cert: {}\n  key: {}\n  client_ca: {}\n  trust_domain: cluster.local\n",
-        pki::write(d, "server.crt", &server.cert).display(),
-        pki::write(d, "server.key", &server.key).display(),
-        pki::write(d, "ca.crt", &ca.pem).display(),
-    );
-    let config_path = pki::write(d, "tributary.yaml", &config);
+    let config_path = ca.write_tls_config(d, tls_addr);
     let backend = Backend::start("web-1").await;
     let port = free_port();
-    let mesh_path = pki::write(d, "mesh.yaml", &mesh(port, &[backend.addr]));
-    let t = Tributary::start(
-        d,
-        loopback(free_port()),
-        loopback(free_port()),
-        &[
-            "--config",
-            config_path.to_str().unwrap(),
-            "--mock-file",
-            mesh_path.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let config = ["--config", config_path.to_str().unwrap()];
+    let (t, _) = Tributary::on_mesh(d, &mesh(port, &[backend.addr]), &config).await;
     let cert = pki::write(d, "envoy.crt", &client.cert);
     let key = pki::write(d, "envoy.key", &client.key);
     let ca_path = d.join("ca.crt");
@@ -74,6 +56,14 @@ async fn envoy_gets_config_over_mtls_from_bootstrap_tls() {
         ],
     )
     .await;
+    serves_web(&mut envoy, port).await;
+    no_rejections(&envoy).await;
+    let syncz = t.get("/debug/syncz").await;
+    assert!(syncz.contains("cart-1.shop"), "served over mTLS: {syncz}");
+}
+
+/// Waits until `envoy` is live and routes `web.e2e.local` on `port` to the backend `web-1`.
+async fn serves_web(envoy: &mut Envoy, port: u16) {
     envoy.wait_live().await;
     wait_for_backend(
         loopback(port),
@@ -82,9 +72,6 @@ async fn envoy_gets_config_over_mtls_from_bootstrap_tls() {
         Duration::from_secs(20),
     )
     .await;
-    no_rejections(&envoy).await;
-    let syncz = t.get("/debug/syncz").await;
-    assert!(syncz.contains("cart-1.shop"), "served over mTLS: {syncz}");
 }
 
 /// `tributary bootstrap` output with every address in `xds` as an endpoint of the xDS cluster.
@@ -153,14 +140,7 @@ async fn rolling_restart_of_two_replicas_keeps_traffic_and_config() {
         proc: Proc::spawn("envoy-roll", &mut cmd, d),
         admin: loopback(admin_port),
     };
-    envoy.wait_live().await;
-    wait_for_backend(
-        loopback(port),
-        "web.e2e.local",
-        "web-1",
-        Duration::from_secs(20),
-    )
-    .await;
+    serves_web(&mut envoy, port).await;
 
     // Traffic all along.
     let ok = Arc::new(AtomicU64::new(0));

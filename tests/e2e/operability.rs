@@ -19,7 +19,9 @@ use tributary_registries::kubernetes::fake::FakeApiServer;
 use tributary_registries::kubernetes::fake::objects::{self, SliceEndpoint};
 
 use crate::support::harness;
-use crate::support::harness::{Backend, Envoy, Tributary, eventually, free_port, loopback, mesh};
+use crate::support::harness::{
+    Backend, Envoy, Tributary, eventually, free_port, loopback, mesh, tls_service_entry,
+};
 
 /// A sidecar-style node id, so `pod.namespace` lookups are exercised on a real proxy.
 const NODE: &str = "sidecar~127.0.0.1~web-1.shop~shop.svc.cluster.local";
@@ -83,15 +85,6 @@ const EXTRA_SERIES: &[&str] = &[
     "tributary_registry_changes{",
 ];
 
-const SERVICE_ENTRY: &str = "apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: ext, namespace: shop}
-spec:
-  hosts: [api.example.com]
-  ports: [{number: 443, name: tls, protocol: TLS}]
-  resolution: DNS
-";
-
 struct Mesh {
     _dir: tempfile::TempDir,
     _api: FakeApiServer,
@@ -128,7 +121,7 @@ async fn start() -> Mesh {
     .unwrap();
     let se_dir = root.join("istio");
     std::fs::create_dir(&se_dir).unwrap();
-    std::fs::write(se_dir.join("ext.yaml"), SERVICE_ENTRY).unwrap();
+    std::fs::write(se_dir.join("ext.yaml"), tls_service_entry(443)).unwrap();
     let vm = Backend::start("vm").await;
     let web_port = free_port();
     let mock = root.join("mesh.yaml");

@@ -81,15 +81,7 @@ async fn named_api_listeners_over_delta_appear_vanish_and_return() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let backend = loopback(free_port());
-    let file = dir.path().join("mesh.yaml");
-    std::fs::write(&file, grpc_mesh(HOST, port, &[backend])).unwrap();
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--mock-file", file.to_str().unwrap()],
-    )
-    .await;
+    let (t, file) = Tributary::on_mesh(dir.path(), &grpc_mesh(HOST, port, &[backend]), &[]).await;
     let grpc_node = Node {
         id: "delta-grpc".into(),
         user_agent_name: "gRPC raw test".into(),

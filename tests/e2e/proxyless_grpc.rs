@@ -38,15 +38,7 @@ async fn scenario(
     let (a, b): (SocketAddr, SocketAddr) = (loopback(free_port()), loopback(free_port()));
     let _greeters = Scripted::greeters(dir.path(), &[(a, "backend-a"), (b, "backend-b")]).await;
     let port = free_port();
-    let file = dir.path().join("mesh.yaml");
-    std::fs::write(&file, grpc_mesh(HOST, port, &[a])).unwrap();
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--mock-file", file.to_str().unwrap()],
-    )
-    .await;
+    let (t, file) = Tributary::on_mesh(dir.path(), &grpc_mesh(HOST, port, &[a]), &[]).await;
     let bootstrap = write_bootstrap(dir.path(), node, t.xds);
     let target = target_of(port);
     let target_name = target.trim_start_matches("xds:///").to_string();

@@ -11,8 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::harness::{
-    Backend, Envoy, Tributary, free_port, loopback, mesh, no_rejections, replace_file,
-    wait_for_backend,
+    Backend, Envoy, Tributary, free_port, loopback, mesh, move_web, no_rejections, wait_for_backend,
 };
 
 /// A minimal HTTP/1.1 POST of a JSON body; returns (status, body).
@@ -43,15 +42,7 @@ async fn rest_envoy_routes_traffic_and_follows_an_endpoint_change() {
     let b = Backend::start("backend-b").await;
     let port = free_port();
     let listener = loopback(port);
-    let file = dir.path().join("mesh.yaml");
-    std::fs::write(&file, mesh(port, &[a.addr])).unwrap();
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--mock-file", file.to_str().unwrap()],
-    )
-    .await;
+    let (t, file) = Tributary::on_mesh(dir.path(), &mesh(port, &[a.addr]), &[]).await;
     // REST-1: CDS/LDS over REST from the bootstrap; REST-3: EDS/RDS over REST from the resources.
     let mut envoy = Envoy::start(
         dir.path(),
@@ -68,14 +59,7 @@ async fn rest_envoy_routes_traffic_and_follows_an_endpoint_change() {
         Duration::from_secs(15),
     )
     .await;
-    replace_file(&file, &mesh(port, &[b.addr]));
-    let took = wait_for_backend(
-        listener,
-        "web.e2e.local",
-        "backend-b",
-        Duration::from_secs(10),
-    )
-    .await;
+    let took = move_web(&file, port, b.addr, "backend-b").await;
     println!("REST: endpoint change → traffic moved in {took:?} (1 s polls)");
     no_rejections(&envoy).await;
     let dump = envoy.config_dump().await.to_string();
@@ -89,15 +73,8 @@ async fn rest_envoy_routes_traffic_and_follows_an_endpoint_change() {
 async fn rest_poll_with_current_version_gets_304_and_bad_input_400() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let file = dir.path().join("mesh.yaml");
-    std::fs::write(&file, mesh(port, &[loopback(free_port())])).unwrap();
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--mock-file", file.to_str().unwrap()],
-    )
-    .await;
+    let (t, _file) =
+        Tributary::on_mesh(dir.path(), &mesh(port, &[loopback(free_port())]), &[]).await;
     let node = serde_json::json!({ "id": "rest-raw", "cluster": "test" });
     let (status, body) = post(
         t.xds,

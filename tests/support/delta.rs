@@ -39,9 +39,24 @@ impl TestServer {
     }
 
     pub async fn try_delta_ads(&self, node: &str) -> Result<DeltaClient, Status> {
+        Self::delta_ads_on(node, self.channel().await).await
+    }
+
+    /// A delta ADS client whose HTTP/2 receive windows are `window` bytes, so a client that stops
+    /// reading stalls the server after that much (TRANS-1, SOTW-35).
+    pub async fn delta_ads_with_window(&self, node: &str, window: u32) -> DeltaClient {
+        Self::delta_ads_on(node, self.channel_with_window(window).await)
+            .await
+            .expect("delta ADS stream opens")
+    }
+
+    async fn delta_ads_on(
+        node: &str,
+        ch: tonic::transport::Channel,
+    ) -> Result<DeltaClient, Status> {
         let (tx, rx) = mpsc::channel(64);
-        let mut client = AggregatedDiscoveryServiceClient::new(self.channel().await)
-            .max_decoding_message_size(64 * 1024 * 1024);
+        let mut client =
+            AggregatedDiscoveryServiceClient::new(ch).max_decoding_message_size(64 * 1024 * 1024);
         let resp = client
             .delta_aggregated_resources(ReceiverStream::new(rx))
             .await?;

@@ -120,6 +120,16 @@ impl Backend {
     /// A backend on another loopback address (`127.0.0.2`, ...), so that several backends can
     /// stand for pods with distinct IPs.
     pub async fn start_on(ip: &str, name: &str) -> Backend {
+        Self::start_with(ip, name, Duration::ZERO).await
+    }
+
+    /// A backend on `127.0.0.1:0` that answers each request only after `delay` (requests in
+    /// flight, for drain tests).
+    pub async fn start_slow(name: &str, delay: Duration) -> Backend {
+        Self::start_with("127.0.0.1", name, delay).await
+    }
+
+    async fn start_with(ip: &str, name: &str, delay: Duration) -> Backend {
         let listener = TcpListener::bind((ip, 0)).await.expect("bind backend");
         let addr = listener.local_addr().expect("backend address");
         let name = name.to_string();
@@ -137,6 +147,9 @@ impl Backend {
                             Ok(0) | Err(_) => return,
                             Ok(n) => seen.extend_from_slice(&buf[..n]),
                         }
+                    }
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
                     }
                     let resp = format!(
                         "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{name}",
@@ -299,6 +312,17 @@ impl Tributary {
         t
     }
 
+    /// Writes `yaml` to `<dir>/mesh.yaml` and starts tributary on it (`--mock-file`, plus `args`) on
+    /// free loopback ports. Returns the file too, for tests that rewrite it.
+    pub async fn on_mesh(dir: &Path, yaml: &str, args: &[&str]) -> (Tributary, PathBuf) {
+        let file = dir.join("mesh.yaml");
+        std::fs::write(&file, yaml).expect("the test directory is writable");
+        let path = file.to_str().expect("temporary paths are UTF-8");
+        let args: Vec<&str> = ["--mock-file", path].iter().chain(args).copied().collect();
+        let t = Self::start(dir, loopback(free_port()), loopback(free_port()), &args).await;
+        (t, file)
+    }
+
     /// The process id (to send it signals).
     pub fn proc_id(&self) -> u32 {
         self.proc.id()
@@ -370,6 +394,19 @@ impl Envoy {
         }
     }
 
+    /// Waits (up to `limit`) until Envoy's ADS connection to its control plane is `up` or down
+    /// (its `control_plane.connected_state` stat).
+    pub async fn wait_connected(&self, up: bool, limit: Duration) {
+        let (want, what) = match up {
+            true => (1, "Envoy to reconnect"),
+            false => (0, "Envoy to notice the disconnect"),
+        };
+        eventually(limit, what, || async {
+            (self.stat("control_plane.connected_state").await == want).then_some(())
+        })
+        .await;
+    }
+
     /// One stat's value (`/stats?filter=^name$`), 0 if absent.
     pub async fn stat(&self, name: &str) -> u64 {
         let path = format!("/stats?filter=^{}$", name.replace('|', "%7C"));
@@ -425,6 +462,35 @@ pub fn mesh(port: u16, backends: &[SocketAddr]) -> String {
         );
     }
     y
+}
+
+/// An Istio ServiceEntry `shop/ext` for `api.example.com`, resolved by DNS, with one TLS port
+/// numbered `port` (0 makes it invalid).
+pub fn tls_service_entry(port: u16) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: ext, namespace: shop}}
+spec:
+  hosts: [api.example.com]
+  ports: [{{number: {port}, name: tls, protocol: TLS}}]
+  resolution: DNS
+"
+    )
+}
+
+/// Rewrites the mock `file` so that the [`mesh`] service on `port` has the one endpoint `to`, and
+/// waits (10 s at most) until backend `name` answers through the Envoy listener on `port`.
+/// Returns how long that took.
+pub async fn move_web(file: &Path, port: u16, to: SocketAddr, name: &str) -> Duration {
+    replace_file(file, &mesh(port, &[to]));
+    wait_for_backend(
+        loopback(port),
+        "web.e2e.local",
+        name,
+        Duration::from_secs(10),
+    )
+    .await
 }
 
 /// Replaces the file the way editors do (write elsewhere, rename over).

@@ -107,6 +107,13 @@ impl TestServer {
         s
     }
 
+    /// A server whose CDS is ten 100 KiB clusters `c0`..`c9` (1 MiB: a client with a 64 KiB window
+    /// that stops reading stalls the stream on it, SOTW-35), plus `extra`.
+    pub async fn start_behind_big_cds(extra: Vec<EncodedResource>) -> Self {
+        let big = (0..10).map(|i| resources::big_cluster(&format!("c{i}"), 100 * 1024));
+        Self::start(big.chain(extra).collect()).await
+    }
+
     /// A server whose store has no snapshot yet (registries not synced).
     pub async fn start_unready() -> Self {
         Self::start_with(XdsOptions::default()).await
@@ -165,16 +172,21 @@ impl TestServer {
             .unwrap()
     }
 
-    /// An ADS client whose HTTP/2 receive windows are `window` bytes, so a client that stops
-    /// reading stalls the server after that much (TRANS-1, SOTW-35).
-    pub async fn ads_with_window(&self, node: &str, window: u32) -> XdsClient {
-        let ch = Channel::from_shared(format!("http://{}", self.addr))
+    /// A channel whose HTTP/2 receive windows are `window` bytes.
+    async fn channel_with_window(&self, window: u32) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
             .unwrap()
             .initial_stream_window_size(window)
             .initial_connection_window_size(window)
             .connect()
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// An ADS client whose HTTP/2 receive windows are `window` bytes, so a client that stops
+    /// reading stalls the server after that much (TRANS-1, SOTW-35).
+    pub async fn ads_with_window(&self, node: &str, window: u32) -> XdsClient {
+        let ch = self.channel_with_window(window).await;
         let (tx, rx) = mpsc::channel(64);
         let mut client =
             AggregatedDiscoveryServiceClient::new(ch).max_decoding_message_size(64 * 1024 * 1024);

@@ -86,6 +86,22 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+impl Ca {
+    /// Writes a server certificate of this CA (`server.crt`, `server.key`, `ca.crt`) into `dir`,
+    /// and `tributary.yaml` serving mTLS on `tls_addr` with them (trust domain `cluster.local`).
+    /// Returns the config file.
+    pub fn write_tls_config(&self, dir: &Path, tls_addr: std::net::SocketAddr) -> PathBuf {
+        let server = self.server();
+        let config = format!(
+            "tls:\n  addr: {tls_addr}\n  cert: {}\n  key: {}\n  client_ca: {}\n  trust_domain: cluster.local\n",
+            write(dir, "server.crt", &server.cert).display(),
+            write(dir, "server.key", &server.key).display(),
+            write(dir, "ca.crt", &self.pem).display(),
+        );
+        write(dir, "tributary.yaml", &config)
+    }
+}
+
 /// A rustls client config trusting `ca_pem`, presenting `leaf` if given, offering ALPN h2.
 pub fn client_config(ca_pem: &str, leaf: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -24,8 +24,7 @@ use tributary::snapshot::MeshBuilder;
 use tributary::xds::XdsOptions;
 use tributary_registries::rules::{Rule, RuleMeta, RuleSet};
 use tributary_registries::{
-    ClusterId, Endpoint, Health, Hostname, Locality, MeshLocation, Origin, Protocol, RegistryId,
-    Resolution, Service, ServicePort,
+    ClusterId, Endpoint, Hostname, Locality, Origin, Protocol, RegistryId, Service, ServicePort,
 };
 
 use crate::support::delta::{DeltaClient, delta_names};
@@ -42,15 +41,8 @@ fn origin() -> Origin {
 
 fn endpoint(ip: &str, version: &str) -> Endpoint {
     Endpoint {
-        address: ip.into(),
-        ports: BTreeMap::new(),
         labels: BTreeMap::from([("version".into(), version.into())]),
-        locality: Locality::default(),
-        network: String::new(),
-        service_account: String::new(),
-        health: Health::Healthy,
-        weight: 1,
-        origin: origin(),
+        ..Endpoint::new(ip, origin())
     }
 }
 
@@ -58,21 +50,14 @@ fn reviews() -> (Hostname, Option<Arc<MergedService>>) {
     let hostname = Hostname::new(HOST).unwrap();
     let svc = MergedService {
         service: Service {
-            hostname: hostname.clone(),
             ports: vec![ServicePort {
                 name: "http".into(),
                 port: 9080,
                 protocol: Protocol::Http,
                 target_port: None,
             }],
-            vips: BTreeMap::new(),
-            resolution: Resolution::Static,
-            location: MeshLocation::MeshInternal,
-            labels: BTreeMap::new(),
-            service_accounts: Vec::new(),
             namespace: "default".into(),
-            export_to: Vec::new(),
-            origin: origin(),
+            ..Service::new(hostname.clone(), origin())
         },
         endpoints: vec![endpoint("10.0.0.1", "v1"), endpoint("10.0.0.2", "v2")],
         registries: vec![RegistryId::new("mock")],

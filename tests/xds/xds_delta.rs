@@ -580,3 +580,53 @@ async fn delta_sec9_accumulated_subscriptions_are_capped() {
     s.publish(vec![cluster("a", "2")], vec![]);
     other.expect(CDS, &["a"], &[]).await;
 }
+
+#[tokio::test]
+async fn delta_06_08_recalled_change_survives_an_unsubscribe() {
+    // DELTA-6, DELTA-8, SOTW-35: the client stops reading during a 1 MiB CDS response, so hyper
+    // holds the next (RDS) and the EDS response carrying s's change waits in the stream's slot.
+    // The client then drops t: the staged response is taken back (INV-5). Dropping t owes nothing
+    // (DELTA-6), but s's change still must reach the client without any further snapshot.
+    let s =
+        TestServer::start_behind_big_cds(vec![cla("s", 1), cla("t", 1), route("r", "c0")]).await;
+    let mut c = s.delta_ads_with_window("n", 64 * 1024).await;
+    c.subscribe(EDS, &["s", "t"]).await;
+    let n1 = c.expect(EDS, &["s", "t"], &[]).await;
+    c.ack(&n1).await;
+    c.subscribe(RDS, &["r"]).await;
+    let r1 = c.expect(RDS, &["r"], &[]).await;
+    c.ack(&r1).await;
+    c.subscribe(CDS, &[]).await;
+    s.wait_status("n", CDS, |st| st.sent_nonce.is_some()).await;
+    s.publish(vec![route("r", "c1")], vec![]);
+    s.wait_status("n", RDS, |st| {
+        st.sent_nonce.as_deref() != Some(r1.nonce.as_str())
+    })
+    .await;
+    s.publish(vec![cla("s", 2)], vec![]);
+    let n2 = s
+        .wait_status("n", EDS, |st| {
+            st.sent_nonce.as_deref() != Some(n1.nonce.as_str())
+        })
+        .await
+        .sent_nonce;
+    c.request(EDS, &[], &["t"], &n1.nonce).await;
+    s.wait_status("n", EDS, |st| st.names.len() == 1).await;
+    let cds = c.expect_response().await;
+    assert_eq!(
+        (cds.type_url.as_str(), cds.resources.len()),
+        (CDS.type_url(), 10)
+    );
+    c.expect(RDS, &["r"], &[]).await;
+    let r = c.expect(EDS, &["s"], &[]).await;
+    assert_ne!(
+        n2.as_deref(),
+        Some(r.nonce.as_str()),
+        "the staged response was rebuilt"
+    );
+    assert_eq!(
+        decode_cla(r.resources[0].resource.as_ref().unwrap()).endpoints[0].priority,
+        2
+    );
+    c.expect_no_response().await;
+}

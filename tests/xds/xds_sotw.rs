@@ -883,15 +883,7 @@ async fn sotw_35_staged_response_for_an_unsubscribed_type_is_dropped() {
     // response and hyper has already pulled the next one (RDS) from the body, so the EDS response
     // for [s] waits in the stream's slot; the client then unsubscribes EDS. That response must
     // never be delivered, nor count as sent.
-    let big: Vec<_> = (0..10)
-        .map(|i| big_cluster(&format!("c{i}"), 100 * 1024))
-        .collect();
-    let s = TestServer::start(
-        big.into_iter()
-            .chain([cla("s", 1), route("r", "c0")])
-            .collect(),
-    )
-    .await;
+    let s = TestServer::start_behind_big_cds(vec![cla("s", 1), route("r", "c0")]).await;
     let mut c = s.ads_with_window("n", 64 * 1024).await;
     c.subscribe(CDS, &[]).await;
     s.wait_status("n", CDS, |st| st.sent_nonce.is_some()).await;
@@ -918,15 +910,8 @@ async fn sotw_35_staged_response_for_an_unsubscribed_type_is_dropped() {
 /// A stream whose EDS response N2 for `s` waits in the server's slot (behind a stuck 1 MiB CDS
 /// and an RDS response hyper already pulled), while the client last saw EDS N1.
 async fn eds_response_staged_behind_stuck_cds() -> (TestServer, XdsClient, String) {
-    let big: Vec<_> = (0..10)
-        .map(|i| big_cluster(&format!("c{i}"), 100 * 1024))
-        .collect();
-    let s = TestServer::start(
-        big.into_iter()
-            .chain([cla("s", 1), cla("t", 1), route("r", "c0")])
-            .collect(),
-    )
-    .await;
+    let s =
+        TestServer::start_behind_big_cds(vec![cla("s", 1), cla("t", 1), route("r", "c0")]).await;
     let mut c = s.ads_with_window("n", 64 * 1024).await;
     c.subscribe(EDS, &["s"]).await;
     let n1 = c.expect(EDS, &["s"]).await;

@@ -24,8 +24,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service as KubeService};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::model::{
-    Endpoint, Health, Hostname, HostnameError, Locality, MeshLocation, Origin, Protocol,
-    Resolution, Service, ServicePort, ServiceState,
+    Endpoint, Hostname, HostnameError, MeshLocation, Origin, Protocol, Resolution, Service,
+    ServicePort, ServiceState,
 };
 
 pub(crate) use endpoints::PodKey;
@@ -149,15 +149,8 @@ pub(crate) fn convert(
         location = MeshLocation::MeshExternal;
         if let Some(external) = spec.external_name.as_deref().filter(|n| !n.is_empty()) {
             converted.list.push(Endpoint {
-                address: external.trim_end_matches('.').to_string(),
                 ports: ports.iter().map(|p| (p.name.clone(), p.port)).collect(),
-                labels: BTreeMap::new(),
-                locality: Locality::default(),
-                network: String::new(),
-                service_account: String::new(),
-                health: Health::Healthy,
-                weight: 1,
-                origin: ctx.origin.clone(),
+                ..Endpoint::new(external.trim_end_matches('.'), ctx.origin.clone())
             });
         }
     } else {

@@ -8,20 +8,15 @@ mod multicluster;
 mod relist;
 mod scale;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use super::fake::FakeApiServer;
 use super::fake::objects::{self, SliceEndpoint};
 use super::{KubernetesConfig, KubernetesRegistry};
-use crate::model::{Hostname, ServiceState};
-use crate::registry::{
-    Change, Registry, RegistryEvent, RegistryMessage, RegistrySink, RegistryStatus,
-};
+use crate::model::Hostname;
+use crate::registry::{Change, Registry, RegistryStatus};
+use crate::test_util::Observer;
 
 /// Longest any single expected event may take (shared CI cores, debug build).
 pub(super) const LIMIT: Duration = Duration::from_secs(10);
@@ -88,63 +83,15 @@ impl FakeCluster {
     }
 }
 
-/// A running registry and what it reported.
-pub(super) struct Run {
-    rx: mpsc::Receiver<RegistryMessage>,
-    task: JoinHandle<Result<(), crate::registry::RegistryError>>,
-    /// The registry's state as the aggregate would see it.
-    pub(super) view: BTreeMap<Hostname, ServiceState>,
-    pub(super) status: RegistryStatus,
-    pub(super) synced: bool,
-    /// Every change received, in order.
-    pub(super) log: Vec<Change>,
-}
+/// Tells the Kubernetes harness's [`Observer`] apart.
+pub(super) enum Kube {}
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+/// A running registry and what it reported.
+pub(super) type Run = Observer<Kube>;
 
 impl Run {
     pub(super) fn start(config: KubernetesConfig) -> Self {
-        let registry = Box::new(KubernetesRegistry::new(config));
-        let (tx, rx) = mpsc::channel(1024);
-        let sink = RegistrySink::new(registry.id(), tx);
-        let task = tokio::spawn(registry.run(sink));
-        Self {
-            rx,
-            task,
-            view: BTreeMap::new(),
-            status: RegistryStatus::Healthy,
-            synced: false,
-            log: Vec::new(),
-        }
-    }
-
-    fn apply(&mut self, event: RegistryEvent) {
-        match event {
-            RegistryEvent::Synced => {
-                assert!(!self.synced, "Synced is sent once");
-                self.synced = true;
-            }
-            RegistryEvent::Status(s) => self.status = s,
-            RegistryEvent::Rejected(_) => {}
-            RegistryEvent::Changes(changes) => {
-                assert!(!changes.is_empty(), "no empty batches");
-                for c in changes {
-                    match &c {
-                        Change::Upsert(s) => {
-                            self.view.insert(s.service.hostname.clone(), s.clone());
-                        }
-                        Change::Delete(h) => {
-                            self.view.remove(h);
-                        }
-                    }
-                    self.log.push(c);
-                }
-            }
-        }
+        Self::launch(Box::new(KubernetesRegistry::new(config)))
     }
 
     /// Applies events until `done` holds; panics after [`LIMIT`].

@@ -420,12 +420,7 @@ impl Worker {
             }
         }
         reasons.extend(self.dir_errors.values().cloned());
-        let status = match reasons.is_empty() {
-            true => RegistryStatus::Healthy,
-            false => RegistryStatus::Degraded {
-                reason: reasons.join("; "),
-            },
-        };
+        let status = RegistryStatus::from_reasons(&reasons);
         if status != self.status {
             self.status = status.clone();
             self.sink.status(status).await?;

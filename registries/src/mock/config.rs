@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::file_format::{ServiceSpec, SpecError, validate_services};
+use crate::config::RegistryConfig;
 use crate::model::{ClusterId, Origin, RegistryId};
 
 /// How one mock registry instance is set up.
@@ -22,6 +23,24 @@ pub struct MockConfig {
     /// Start with the initial sync withheld: nothing (not even the initial state) is delivered
     /// until the control API releases it. Used to test "nothing served before sync" (TRANS-11).
     pub hold_sync: bool,
+}
+
+impl MockConfig {
+    /// `--mock-file`: the first mock registry of `registries` reads `file` instead of what it was
+    /// given; with none, a default mock registry reading `file` is added.
+    pub fn use_file(registries: &mut Vec<RegistryConfig>, file: PathBuf) {
+        let existing = registries.iter_mut().find_map(|r| match r {
+            RegistryConfig::Mock(m) => Some(m),
+            _ => None,
+        });
+        match existing {
+            Some(m) => m.file = Some(file),
+            None => registries.push(RegistryConfig::Mock(MockConfig {
+                file: Some(file),
+                ..MockConfig::default()
+            })),
+        }
+    }
 }
 
 impl Default for MockConfig {

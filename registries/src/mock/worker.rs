@@ -16,6 +16,7 @@ use super::layers::Layers;
 use super::watch::FileWatch;
 use crate::model::{Hostname, Origin};
 use crate::registry::{RegistryError, RegistrySink};
+use crate::support::pending::{recv, sleep};
 
 /// Quiet time after a file event before re-reading. An editor's save is several events
 /// (truncate + write, or write temp + rename); 50 ms lets it finish while staying well under the
@@ -261,20 +262,4 @@ pub(crate) async fn read_off_runtime(path: PathBuf, origin: Origin) -> Result<Se
                 source: std::io::Error::other(format!("the file reader stopped: {e}")),
             })
         })
-}
-
-/// The next message, or never when there is no receiver; `None` when it closed.
-async fn recv<T>(rx: Option<&mut mpsc::Receiver<T>>) -> Option<T> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sleeps until `at`, or forever.
-async fn sleep(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }

@@ -64,14 +64,7 @@ impl FieldPath {
 
 impl fmt::Display for FieldPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, seg) in self.0.iter().enumerate() {
-            match seg {
-                Seg::Index(n) => write!(f, "[{n}]")?,
-                Seg::Key(k) if i == 0 => f.write_str(k)?,
-                Seg::Key(k) => write!(f, ".{k}")?,
-            }
-        }
-        Ok(())
+        crate::support::yaml_locate::write_path(f, &self.0)
     }
 }
 

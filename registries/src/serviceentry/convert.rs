@@ -127,17 +127,7 @@ fn endpoint(w: &Workload, se: &ValidServiceEntry, namespace: &str, ctx: &Context
 /// The endpoint of a DNS entry without endpoints: the host itself, on each port's target port
 /// (or its number), resolved by the proxy.
 fn host_endpoint(host: &Hostname, ctx: &Context) -> Endpoint {
-    Endpoint {
-        address: host.to_string(),
-        ports: BTreeMap::new(),
-        labels: BTreeMap::new(),
-        locality: Default::default(),
-        network: String::new(),
-        service_account: String::new(),
-        health: Default::default(),
-        weight: 1,
-        origin: ctx.origin.clone(),
-    }
+    Endpoint::new(host.to_string(), ctx.origin.clone())
 }
 
 #[cfg(test)]

@@ -227,6 +227,44 @@ pub fn read_manifest(
     Ok(catalog::build(&entries, &Pods::default(), &ctx))
 }
 
+/// Every problem of one manifest file, one line each: why it cannot be read (`file:line: message`)
+/// or each object it rejects (`file: object: field: message`). What `tributary validate` prints.
+pub fn manifest_problems(config: &ServiceEntryConfig, path: &Path, text: &str) -> Vec<String> {
+    match read_manifest(config, path, text) {
+        Err(e) => vec![e],
+        Ok(catalog) => catalog
+            .rejections
+            .iter()
+            .map(|r| format!("{}: {}: {}: {}", r.source, r.object, r.field, r.message))
+            .collect(),
+    }
+}
+
+/// Every problem of the manifest files the registry's directory holds (the files the directory
+/// source reads, read the same way), for [`crate::config::AdapterConfig::source_problems`].
+pub(crate) fn directory_problems(config: &ServiceEntryConfig) -> Vec<String> {
+    let Some(dir) = &config.directory else {
+        return Vec::new();
+    };
+    let files = match list(dir) {
+        Ok(files) => files,
+        Err(e) => {
+            return vec![format!(
+                "service_entry registry {:?}: directory {}: {e}",
+                config.name,
+                dir.display()
+            )];
+        }
+    };
+    files
+        .iter()
+        .flat_map(|f| match std::fs::read_to_string(f) {
+            Ok(text) => manifest_problems(config, f, &text),
+            Err(e) => vec![format!("{}: cannot read: {e}", f.display())],
+        })
+        .collect()
+}
+
 /// Counts a file's objects that appeared, changed or went away (`pilot_k8s_cfg_events`).
 fn count_changes(before: &[Entry], after: &[Entry]) {
     use crate::metrics::{ObjectEvent, config_event};

@@ -11,6 +11,18 @@ pub fn service_entry(name: &str, namespace: &str, spec: &str) -> String {
     )
 }
 
+/// ServiceEntry `shop/<name>` for `<name>.example.com`: HTTP on port 80, static, one endpoint at
+/// `ip`.
+pub fn static_http_entry(name: &str, ip: &str) -> String {
+    service_entry(
+        name,
+        "shop",
+        &format!(
+            "hosts: [{name}.example.com]\nports: [{{number: 80, name: http, protocol: HTTP}}]\nresolution: STATIC\nendpoints: [{{address: {ip}}}]"
+        ),
+    )
+}
+
 /// One WorkloadEntry manifest as a YAML document (without `---`).
 pub fn workload_entry(name: &str, namespace: &str, labels: &[(&str, &str)], spec: &str) -> String {
     let labels: String = labels

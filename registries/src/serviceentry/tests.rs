@@ -6,11 +6,9 @@ mod crd;
 mod files;
 mod rules;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use super::convert::Context;
 use super::parse::{Document, parse_document};
@@ -18,9 +16,8 @@ use super::store::{Entry, Place};
 use super::validate::{Valid, ValidServiceEntry};
 use super::{ServiceEntryConfig, ServiceEntryRegistry};
 use crate::model::{ClusterId, Hostname, Origin, RegistryId, ServiceState};
-use crate::registry::{
-    Change, Registry, RegistryEvent, RegistryMessage, RegistrySink, RegistryStatus, Rejection,
-};
+use crate::registry::{Change, Registry, RegistrySink, RegistryStatus, Rejection};
+use crate::test_util::Observer;
 
 /// The conversion context of these tests.
 pub(super) fn ctx() -> Context {
@@ -60,22 +57,11 @@ pub(super) fn valid_se(yaml: &str) -> ValidServiceEntry {
 /// HTTP fake share CI cores.
 pub(super) const LIMIT: Duration = Duration::from_secs(10);
 
-/// A running registry and what it has reported.
-pub(super) struct Run {
-    rx: mpsc::Receiver<RegistryMessage>,
-    task: JoinHandle<Result<(), crate::registry::RegistryError>>,
-    pub(super) view: BTreeMap<Hostname, ServiceState>,
-    pub(super) status: RegistryStatus,
-    pub(super) rejected: Vec<Rejection>,
-    pub(super) synced: bool,
-    pub(super) log: Vec<Change>,
-}
+/// Tells the ServiceEntry harness's [`Observer`] apart.
+pub(super) enum Entries {}
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+/// A running registry and what it has reported.
+pub(super) type Run = Observer<Entries>;
 
 impl Run {
     pub(super) fn start(config: ServiceEntryConfig) -> Self {
@@ -84,43 +70,7 @@ impl Run {
 
     /// Starts `registry` as it is (with a rule publisher, say).
     pub(super) fn start_registry(registry: ServiceEntryRegistry) -> Self {
-        let registry = Box::new(registry);
-        let (tx, rx) = mpsc::channel(1024);
-        let sink = RegistrySink::new(registry.id(), tx);
-        Self {
-            rx,
-            task: tokio::spawn(registry.run(sink)),
-            view: BTreeMap::new(),
-            status: RegistryStatus::Healthy,
-            rejected: Vec::new(),
-            synced: false,
-            log: Vec::new(),
-        }
-    }
-
-    fn apply(&mut self, event: RegistryEvent) {
-        match event {
-            RegistryEvent::Synced => {
-                assert!(!self.synced, "Synced is sent once");
-                self.synced = true;
-            }
-            RegistryEvent::Status(s) => self.status = s,
-            RegistryEvent::Rejected(r) => self.rejected = r,
-            RegistryEvent::Changes(changes) => {
-                assert!(!changes.is_empty(), "no empty batches");
-                for c in changes {
-                    match &c {
-                        Change::Upsert(s) => {
-                            self.view.insert(s.service.hostname.clone(), s.clone());
-                        }
-                        Change::Delete(h) => {
-                            self.view.remove(h);
-                        }
-                    }
-                    self.log.push(c);
-                }
-            }
-        }
+        Self::launch(Box::new(registry))
     }
 
     /// Applies events until `done` holds; panics after [`LIMIT`].

@@ -25,6 +25,7 @@ use super::types::{Kind, ObjectKey};
 use crate::config_store::RulePublisher;
 use crate::model::{Hostname, ServiceState};
 use crate::registry::{Change, RegistryError, RegistrySink, RegistryStatus, Rejection};
+use crate::support::pending::{recv, sleep};
 
 /// Quiet time after a file event before reading the directory: a save is several events
 /// (truncate + write, or write temp + rename), and 50 ms lets it finish while staying well under
@@ -348,12 +349,7 @@ impl Worker {
             .filter_map(|f| f.dir.problem())
             .chain(self.cluster.iter().filter_map(|c| c.health.as_deref()))
             .collect();
-        let status = match reasons.is_empty() {
-            true => RegistryStatus::Healthy,
-            false => RegistryStatus::Degraded {
-                reason: reasons.join("; "),
-            },
-        };
+        let status = RegistryStatus::from_reasons(&reasons);
         if status != self.status {
             self.status = status.clone();
             self.sink.status(status).await?;
@@ -428,20 +424,4 @@ fn diff(
         .filter(|(h, s)| old.get(*h) != Some(*s))
         .map(|(_, s)| Change::Upsert(s.clone()));
     gone.chain(changed).collect()
-}
-
-/// The next message, or never when there is no receiver; `None` when it closed.
-async fn recv<T>(rx: Option<&mut mpsc::Receiver<T>>) -> Option<T> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sleeps until `at`, or forever.
-async fn sleep(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }

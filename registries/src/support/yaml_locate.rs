@@ -17,6 +17,18 @@ pub(crate) enum Seg {
     Index(usize),
 }
 
+/// Writes `path` the way error messages show it: `spec.ports[0].number`.
+pub(crate) fn write_path(f: &mut fmt::Formatter<'_>, path: &[Seg]) -> fmt::Result {
+    for (i, seg) in path.iter().enumerate() {
+        match seg {
+            Seg::Index(n) => write!(f, "[{n}]")?,
+            Seg::Key(k) if i == 0 => f.write_str(k)?,
+            Seg::Key(k) => write!(f, ".{k}")?,
+        }
+    }
+    Ok(())
+}
+
 /// What the finder's deliberate error says, to tell it from real errors.
 const FOUND: &str = "tributary-locate-found";
 

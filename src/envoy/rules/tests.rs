@@ -14,21 +14,12 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{HttpFault, fault_abort};
 use prost::Message;
-use tributary_registries::rules::{DestinationRule, Rule, RuleMeta, RuleSet, VirtualService};
+use tributary_registries::rules::{DestinationRule, Rule, RuleSet, VirtualService};
 use tributary_registries::{Endpoint, Hostname, Protocol};
 
 use super::*;
-use crate::envoy::fixtures::{decode, ep, merged, port};
+use crate::envoy::fixtures::{decode, ep, merged, port, rule_meta as meta};
 use crate::envoy::{ConfigIssue, GenerateOptions};
-
-fn meta(name: &str) -> RuleMeta {
-    RuleMeta {
-        namespace: "default".into(),
-        name: name.into(),
-        source: "test".into(),
-        ..RuleMeta::default()
-    }
-}
 
 pub(super) fn dr(yaml: &str) -> Arc<Rule<DestinationRule>> {
     Arc::new(Rule {

@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tributary_registries::rules::{Rule, RuleMeta, RuleSet};
+use tributary_registries::rules::{Rule, RuleSet};
 use tributary_registries::{Hostname, Protocol};
 
 use super::MeshBuilder;
 use crate::aggregate::MergedService;
-use crate::envoy::fixtures::{ep, merged, port};
+use crate::envoy::fixtures::{ep, merged, port, rule_meta as meta};
 use crate::envoy::{GenerateOptions, ResourceType};
 use crate::snapshot::Snapshot;
 
@@ -20,15 +20,6 @@ fn svc(host: &str, p: u16) -> (Hostname, Option<Arc<MergedService>>) {
     b.labels = BTreeMap::from([("version".into(), "v2".into())]);
     let s = merged(host, vec![port("http", p, Protocol::Http)], vec![a, b]);
     (s.service.hostname.clone(), Some(Arc::new(s)))
-}
-
-fn meta(name: &str) -> RuleMeta {
-    RuleMeta {
-        namespace: "default".into(),
-        name: name.into(),
-        source: "test".into(),
-        ..RuleMeta::default()
-    }
 }
 
 fn set(dr: Option<&str>, vs: Option<&str>) -> Arc<RuleSet> {

@@ -78,6 +78,9 @@ pub(crate) struct Restore {
     view: Option<Arc<TypeResources>>,
     owed: Owed,
     sent: Option<Sent>,
+    /// `synced_seq` before the build: a recalled response leaves the client behind `view`'s
+    /// successor, so the change it carried is owed again even if no newer snapshot comes.
+    synced_seq: u64,
 }
 
 /// A response's content, ready to frame.
@@ -306,6 +309,7 @@ impl DeltaState {
         view: View,
         defer_removals: bool,
     ) -> Option<DeltaBuilt> {
+        let restore_seq = self.synced_seq;
         self.synced_seq = self.synced_seq.max(snap.seq);
         if !self.subscribed() {
             return None;
@@ -354,6 +358,7 @@ impl DeltaState {
                 view: restore_view,
                 owed,
                 sent: None,
+                synced_seq: restore_seq,
             },
         })
     }
@@ -439,6 +444,7 @@ impl DeltaState {
         };
         self.sent = restore.sent;
         self.view = restore.view;
+        self.synced_seq = restore.synced_seq;
         self.owed.merge(restore.owed);
         if self.view.is_none() {
             self.owed.all = true;

@@ -15,7 +15,7 @@ use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
 
 use super::super::request::FromFrame;
-use super::super::subscription::{ListHasher, SotwNames};
+use super::super::subscription::{ListHasher, SotwNames, encode_varint};
 
 /// `resource_names` in `DiscoveryRequest`.
 const NAMES_FIELD: u64 = 3;
@@ -75,25 +75,53 @@ pub(crate) struct NameList {
     message: Bytes,
     count: usize,
     hash: u128,
+    /// The longest name's length in bytes, so the name checks (SEC-12) need no second pass.
+    longest: usize,
 }
 
 impl NameList {
     /// Checks every name (valid UTF-8) and the message's framing, counting and hashing the list
-    /// in the same pass.
+    /// and finding its longest name in the same pass. Entries in canonical encoding (all of them,
+    /// from any protobuf encoder) are hashed as they lie in the message, a contiguous run at a time.
     fn parse(message: Bytes) -> Result<Self, String> {
         let mut hasher = ListHasher::default();
-        let mut count = 0;
-        let mut pos = 0;
-        while let Some(name) = next_name(&message, &mut pos)? {
+        let (mut count, mut longest, mut pos) = (0, 0, 0);
+        // The run of canonical entries not hashed yet: `run.0..run.1` of `message`.
+        let mut run = (0, 0);
+        while let Some((entry, name)) = next_name(&message, &mut pos)? {
             let name = str::from_utf8(name).map_err(|e| format!("resource_names: {e}"))?;
-            hasher.add(name);
             count += 1;
+            longest = longest.max(name.len());
+            let name_start = pos - name.len();
+            let mut buf = [0u8; 10];
+            let n = encode_varint(name.len() as u64, &mut buf);
+            let len = &buf[..n];
+            let canonical = message.get(entry) == Some(&ListHasher::ENTRY_KEY)
+                && message.get(entry + 1..name_start) == Some(len);
+            if canonical && run.1 == entry {
+                run.1 = pos;
+                continue;
+            }
+            hasher.add_encoded(message.get(run.0..run.1).unwrap_or_default());
+            run = (pos, pos);
+            if canonical {
+                run.0 = entry;
+            } else {
+                hasher.add(name);
+            }
         }
+        hasher.add_encoded(message.get(run.0..run.1).unwrap_or_default());
         Ok(Self {
             hash: hasher.finish(),
             message,
             count,
+            longest,
         })
+    }
+
+    /// The longest name's length in bytes.
+    pub(crate) fn longest(&self) -> usize {
+        self.longest
     }
 }
 
@@ -110,13 +138,15 @@ impl SotwNames for NameList {
         let mut pos = 0;
         // `parse` checked the framing and every name, so neither can fail here.
         std::iter::from_fn(move || next_name(&self.message, &mut pos).ok().flatten())
-            .filter_map(|n| str::from_utf8(n).ok())
+            .filter_map(|(_, n)| str::from_utf8(n).ok())
     }
 }
 
-/// The next `resource_names` entry at or after `pos`, skipping every other field.
-fn next_name<'a>(msg: &'a [u8], pos: &mut usize) -> Result<Option<&'a [u8]>, String> {
+/// The next `resource_names` entry at or after `pos`, skipping every other field: where its key
+/// starts, and the name's bytes.
+fn next_name<'a>(msg: &'a [u8], pos: &mut usize) -> Result<Option<(usize, &'a [u8])>, String> {
     while *pos < msg.len() {
+        let entry = *pos;
         let key = varint(msg, pos)?;
         let (field, wire) = (key >> 3, key & 7);
         if field == 0 {
@@ -138,7 +168,7 @@ fn next_name<'a>(msg: &'a [u8], pos: &mut usize) -> Result<Option<&'a [u8]>, Str
             .ok_or_else(|| "field runs past the message".to_owned())?;
         let start = std::mem::replace(pos, end);
         if field == NAMES_FIELD && wire == LEN {
-            return Ok(Some(&msg[start..end]));
+            return Ok(Some((entry, &msg[start..end])));
         }
     }
     Ok(None)
@@ -198,6 +228,35 @@ mod tests {
         // The same key as the decoded list's, so either form recognises the other (SOTW-26 ACKs).
         assert_eq!(view.names.list_key(), names[..].list_key());
         assert_eq!(view.names.hash, list_hash(names.iter().map(String::as_str)));
+    }
+
+    #[test]
+    fn the_hash_does_not_depend_on_how_the_entries_lie() {
+        // Entries split by other fields, a 300-byte name (two-byte length) and entries in
+        // non-canonical encoding (an overlong key, an overlong length) hash as the decoded list.
+        let long = "x".repeat(300);
+        let entry = |name: &str| {
+            let mut e = vec![ListHasher::ENTRY_KEY];
+            let mut len = [0u8; 10];
+            let n = encode_varint(name.len() as u64, &mut len);
+            e.extend_from_slice(&len[..n]);
+            e.extend_from_slice(name.as_bytes());
+            e
+        };
+        let mut msg = entry("a");
+        msg.extend(entry(&long));
+        msg.extend([(5 << 3) | 2, 1, b'n']); // response_nonce between the names
+        msg.extend(entry("b"));
+        msg.extend([0x9a, 0x00, 1, b'c']); // key 3/LEN as a two-byte varint
+        msg.extend(entry("d"));
+        msg.extend([ListHasher::ENTRY_KEY, 0x81, 0x00, b'e']); // length 1 as a two-byte varint
+        msg.extend(entry("f"));
+        let view = SotwRequest::from_frame(Bytes::from(msg)).unwrap();
+        let names = ["a", &long, "b", "c", "d", "e", "f"];
+        assert_eq!(view.names.each().collect::<Vec<_>>(), names);
+        assert_eq!(view.response_nonce, "n");
+        assert_eq!(view.names.longest(), 300);
+        assert_eq!(view.names.hash, list_hash(names));
     }
 
     #[test]

@@ -4,20 +4,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tributary_registries::rules::{Rule, RuleMeta, RuleSet};
+use tributary_registries::rules::{Rule, RuleSet};
 use tributary_registries::{Endpoint, Protocol, Resolution};
 
 use super::{bootstrap_with_rules, envoy_validate};
-use tributary::envoy::fixtures::{ep, merged, port, with_resolution};
-
-fn meta(name: &str) -> RuleMeta {
-    RuleMeta {
-        namespace: "default".into(),
-        name: name.into(),
-        source: "test".into(),
-        ..RuleMeta::default()
-    }
-}
+use tributary::envoy::fixtures::{ep, merged, port, rule_meta as meta, with_resolution};
 
 fn labelled(ip: &str, version: &str) -> Endpoint {
     let mut e = ep(ip);

@@ -7,7 +7,7 @@ use k8s_openapi::api::discovery::v1::EndpointConditions;
 use super::endpoints::{SliceHealth, slice_health};
 use super::*;
 use crate::kubernetes::fake::objects::{self, SliceEndpoint};
-use crate::model::{ClusterId, RegistryId};
+use crate::model::{ClusterId, Health, Locality, RegistryId};
 
 #[derive(Default)]
 struct Objects {

@@ -1,16 +1,6 @@
 use super::*;
-use crate::serviceentry::fixtures::service_entry;
+use crate::serviceentry::fixtures::static_http_entry as se;
 use crate::serviceentry::validate::Valid;
-
-fn se(name: &str, ip: &str) -> String {
-    service_entry(
-        name,
-        "shop",
-        &format!(
-            "hosts: [{name}.example.com]\nports: [{{number: 80, name: http, protocol: HTTP}}]\nresolution: STATIC\nendpoints: [{{address: {ip}}}]"
-        ),
-    )
-}
 
 /// `name=ip` of every served object (invalid ones show their last valid version, or `-`).
 fn served(d: &Directory) -> Vec<String> {
@@ -163,4 +153,37 @@ fn an_unlistable_directory_keeps_everything() {
     std::fs::rename(tmp.path().join("away"), &d).unwrap();
     dir.rescan();
     assert!(dir.problem().is_none());
+}
+
+// REG-11: `tributary validate` reports every file's problems, each with its file (and line), and
+// reads the directory as the directory source does (dot files and other endings left out).
+#[test]
+fn directory_problems_name_every_bad_file_and_skip_what_the_source_skips() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write(d, "good.yaml", &se("good", "10.0.0.1"));
+    write(d, "bad.yaml", &se("bad", "not-an-ip"));
+    write(d, "broken.yml", "kind: [\n");
+    write(d, ".hidden.yaml", "kind: [\n");
+    write(d, "notes.txt", "kind: [\n");
+    let config = ServiceEntryConfig {
+        directory: Some(d.to_path_buf()),
+        ..ServiceEntryConfig::default()
+    };
+    let problems = directory_problems(&config);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].contains("bad.yaml") && problems[0].contains("spec.endpoints[0].address"),
+        "{problems:?}"
+    );
+    let broken = format!("{}:", d.join("broken.yml").display());
+    assert!(problems[1].starts_with(&broken), "{problems:?}");
+
+    let missing = ServiceEntryConfig {
+        directory: Some(d.join("missing")),
+        ..ServiceEntryConfig::default()
+    };
+    let problems = directory_problems(&missing);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("missing"), "{problems:?}");
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
-use crate::serviceentry::fixtures::{invalid_service_entries, service_entry};
+use crate::serviceentry::fixtures::{invalid_service_entries, static_http_entry as se};
 
 /// Short, so a vanished directory is noticed quickly.
 const RESCAN: Duration = Duration::from_millis(100);
@@ -17,16 +17,6 @@ fn config(dir: &Path) -> ServiceEntryConfig {
         rescan_interval: RESCAN,
         ..ServiceEntryConfig::default()
     }
-}
-
-fn se(name: &str, ip: &str) -> String {
-    service_entry(
-        name,
-        "shop",
-        &format!(
-            "hosts: [{name}.example.com]\nports: [{{number: 80, name: http, protocol: HTTP}}]\nresolution: STATIC\nendpoints: [{{address: {ip}}}]"
-        ),
-    )
 }
 
 fn ip_of(run: &Run, host: &str) -> Option<String> {

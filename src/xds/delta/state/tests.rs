@@ -485,3 +485,26 @@ fn a_response_with_the_whole_map_is_marked_shareable_and_names_share_the_snapsho
     assert_eq!(built.resources.len(), 1);
     assert!(built.whole_set.is_none());
 }
+
+#[test]
+fn a_recalled_change_is_still_owed_after_an_unsubscribe() {
+    // DELTA-6 + DELTA-8 with a recall: the client drops one name while a response carrying a change
+    // to another name waits unsent. That response is taken back; the change must still go out,
+    // although the unsubscribe itself owes nothing and no newer snapshot comes.
+    let mut b = SnapshotBuilder::new();
+    let s1 = next(&mut b, &[("a", "1"), ("b", "1")], &[]);
+    let mut st = cds();
+    request(&mut st, "", &["a", "b"], &[]);
+    respond(&mut st, &s1, "n1");
+    request(&mut st, "n1", &[], &[]);
+    let s2 = next(&mut b, &[("a", "2")], &[]);
+    assert!(st.has_work(s2.seq));
+    respond(&mut st, &s2, "n2");
+    st.recalled();
+    request(&mut st, "n1", &[], &["b"]);
+    assert!(st.has_work(s2.seq), "the recalled change to a is owed");
+    assert_eq!(
+        respond(&mut st, &s2, "n3"),
+        Some((strings(&["a:2"]), vec![]))
+    );
+}
