@@ -493,6 +493,24 @@ pub async fn move_web(file: &Path, port: u16, to: SocketAddr, name: &str) -> Dur
     .await
 }
 
+/// Starts Envoy (node `node`, listeners on 127.0.0.1, plus `extra` flags) on `xds` and waits until
+/// it is live and the [`mesh`] service on `listener` answers from `backend-a` (within `limit`).
+pub async fn envoy_serving_web(
+    dir: &Path,
+    node: &str,
+    xds: SocketAddr,
+    extra: &[&str],
+    listener: SocketAddr,
+    limit: Duration,
+) -> Envoy {
+    let mut args = vec!["--listener-address", "127.0.0.1"];
+    args.extend_from_slice(extra);
+    let mut envoy = Envoy::start(dir, node, xds, &args).await;
+    envoy.wait_live().await;
+    wait_for_backend(listener, "web.e2e.local", "backend-a", limit).await;
+    envoy
+}
+
 /// Replaces the file the way editors do (write elsewhere, rename over).
 pub fn replace_file(path: &std::path::Path, text: &str) {
     let tmp = path.with_extension("tmp");
