@@ -436,15 +436,8 @@ async fn rotate_certificates(mode: Rotation) {
         Rotation::Cold => flags.push("--no-hot-restart"),
         Rotation::HotUnavailable => flags.extend(["--envoy", wrapper.to_str().unwrap()]),
     }
+    flags.extend(pki::client_tls_flags(&ca_path, &cert, &key));
     flags.extend([
-        "--tls-ca",
-        ca_path.to_str().unwrap(),
-        "--tls-cert",
-        cert.to_str().unwrap(),
-        "--tls-key",
-        key.to_str().unwrap(),
-        "--tls-sni",
-        pki::SERVER_NAME,
         "--workload",
         "cart-1",
         "--namespace",
