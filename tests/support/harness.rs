@@ -323,6 +323,22 @@ impl Tributary {
         (t, file)
     }
 
+    /// Writes `yaml` to `<dir>/tributary.yaml` and starts tributary on it (`--config`) on free
+    /// loopback ports. Returns the file too.
+    pub async fn on_config(dir: &Path, yaml: &str) -> (Tributary, PathBuf) {
+        let file = dir.join("tributary.yaml");
+        std::fs::write(&file, yaml).expect("the test directory is writable");
+        let path = file.to_str().expect("temporary paths are UTF-8");
+        let t = Self::start(
+            dir,
+            loopback(free_port()),
+            loopback(free_port()),
+            &["--config", path],
+        )
+        .await;
+        (t, file)
+    }
+
     /// The process id (to send it signals).
     pub fn proc_id(&self) -> u32 {
         self.proc.id()
