@@ -305,11 +305,11 @@ fn real_envoy_accepts_everything_generated() {
 fn harness_fails_on_a_broken_resource() {
     // The harness must be able to fail: a route configuration with one domain twice (istio #4845).
     let duplicate_domain = |statics: &mut StaticResources| {
-        let twin = statics
-            .listeners
-            .iter_mut()
-            .find(|l| l.name == "rds-check_80")
-            .expect("route check listener for port 80");
+        let twin = named(
+            &mut statics.listeners,
+            |l| l.name == "rds-check_80",
+            "route check listener for port 80",
+        );
         let f = &mut twin.filter_chains[0].filters[0];
         let Some(filter::ConfigType::TypedConfig(typed)) = &mut f.config_type else {
             panic!()
@@ -327,6 +327,11 @@ fn harness_fails_on_a_broken_resource() {
         "Envoy must reject a duplicate domain",
         "domain",
     );
+}
+
+/// The one item of `items` that `is` picks; `what` names it when it is missing.
+fn named<'a, T>(items: &'a mut [T], is: impl Fn(&T) -> bool, what: &str) -> &'a mut T {
+    items.iter_mut().find(|item| is(item)).expect(what)
 }
 
 /// Validates the mesh's bootstrap once `spoil` has broken its static resources: Envoy must
@@ -391,11 +396,12 @@ fn bind_address_and_socket_shape_survive_validation() {
 fn harness_fails_on_an_empty_logical_dns_cluster() {
     // Why an empty DNS_ROUND_ROBIN service is sent as STRICT_DNS: Envoy rejects this.
     let logical_dns = |statics: &mut StaticResources| {
-        let empty = statics
-            .clusters
-            .iter_mut()
-            .find(|c| c.name == "outbound|8083||none.example.com")
-            .expect("the empty DNS_ROUND_ROBIN cluster");
+        let none = |c: &Cluster| c.name == "outbound|8083||none.example.com";
+        let empty = named(
+            &mut statics.clusters,
+            none,
+            "the empty DNS_ROUND_ROBIN cluster",
+        );
         empty.cluster_discovery_type =
             Some(ClusterDiscoveryType::Type(DiscoveryType::LogicalDns as i32));
     };
