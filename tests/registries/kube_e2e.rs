@@ -107,21 +107,6 @@ async fn answers(listener: SocketAddr, want: &[&str]) -> Vec<String> {
     seen
 }
 
-/// Starts tributary on `cfg` and an Envoy (node `node`) fed by it, live and listening on
-/// 127.0.0.1.
-async fn start_mesh(dir: &Path, cfg: &Path, node: &str) -> (Tributary, Envoy) {
-    let t = Tributary::start(
-        dir,
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--config", cfg.to_str().unwrap()],
-    )
-    .await;
-    let mut envoy = Envoy::start(dir, node, t.xds, &["--listener-address", "127.0.0.1"]).await;
-    envoy.wait_live().await;
-    (t, envoy)
-}
-
 async fn no_rejections(envoy: &Envoy) {
     assert_eq!(
         envoy.stat_sum("update_rejected").await,
@@ -139,7 +124,7 @@ async fn a_kubernetes_service_is_reachable_through_envoy_and_scale_down_moves_tr
     let b = Backend::start_on("127.0.0.2", "backend-b").await;
     endpoints(&server, &[("web-a", &a, false)]);
     let cfg = config(dir.path(), &kubeconfig, None);
-    let (t, envoy) = start_mesh(dir.path(), &cfg, "kube").await;
+    let (t, envoy) = Tributary::with_envoy(dir.path(), &cfg, "kube").await;
     let listener = loopback(port);
     assert_eq!(answers(listener, &["backend-a"]).await, ["backend-a"]);
 
@@ -187,7 +172,7 @@ async fn the_same_hostname_from_kubernetes_and_the_mock_gets_the_union() {
     )
     .unwrap();
     let cfg = config(dir.path(), &kubeconfig, Some(&mock));
-    let (_t, envoy) = start_mesh(dir.path(), &cfg, "hybrid").await;
+    let (_t, envoy) = Tributary::with_envoy(dir.path(), &cfg, "hybrid").await;
     assert_eq!(answers(loopback(port), &["pod", "vm"]).await, ["pod", "vm"]);
     no_rejections(&envoy).await;
 }

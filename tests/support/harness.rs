@@ -339,6 +339,22 @@ impl Tributary {
         (t, file)
     }
 
+    /// Starts tributary on the config file `config` (free loopback ports) and an Envoy (node
+    /// `node`, listeners on 127.0.0.1) fed by it, once that Envoy is live.
+    pub async fn with_envoy(dir: &Path, config: &Path, node: &str) -> (Tributary, Envoy) {
+        let path = config.to_str().expect("temporary paths are UTF-8");
+        let t = Self::start(
+            dir,
+            loopback(free_port()),
+            loopback(free_port()),
+            &["--config", path],
+        )
+        .await;
+        let mut envoy = Envoy::start(dir, node, t.xds, &["--listener-address", "127.0.0.1"]).await;
+        envoy.wait_live().await;
+        (t, envoy)
+    }
+
     /// The process id (to send it signals).
     pub fn proc_id(&self) -> u32 {
         self.proc.id()
