@@ -328,28 +328,25 @@ impl Tributary {
     pub async fn on_config(dir: &Path, yaml: &str) -> (Tributary, PathBuf) {
         let file = dir.join("tributary.yaml");
         std::fs::write(&file, yaml).expect("the test directory is writable");
-        let path = file.to_str().expect("temporary paths are UTF-8");
-        let t = Self::start(
+        (Self::on_config_file(dir, &file).await, file)
+    }
+
+    /// Starts tributary on the config file `config` (`--config`) on free loopback ports.
+    pub async fn on_config_file(dir: &Path, config: &Path) -> Tributary {
+        let path = config.to_str().expect("temporary paths are UTF-8");
+        Self::start(
             dir,
             loopback(free_port()),
             loopback(free_port()),
             &["--config", path],
         )
-        .await;
-        (t, file)
+        .await
     }
 
     /// Starts tributary on the config file `config` (free loopback ports) and an Envoy (node
     /// `node`, listeners on 127.0.0.1) fed by it, once that Envoy is live.
     pub async fn with_envoy(dir: &Path, config: &Path, node: &str) -> (Tributary, Envoy) {
-        let path = config.to_str().expect("temporary paths are UTF-8");
-        let t = Self::start(
-            dir,
-            loopback(free_port()),
-            loopback(free_port()),
-            &["--config", path],
-        )
-        .await;
+        let t = Self::on_config_file(dir, config).await;
         let mut envoy = Envoy::start(dir, node, t.xds, &["--listener-address", "127.0.0.1"]).await;
         envoy.wait_live().await;
         (t, envoy)
