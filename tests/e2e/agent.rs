@@ -285,21 +285,10 @@ async fn ready_only_after_first_config_and_a_killed_envoy_comes_back() {
 async fn an_envoy_that_always_crashes_spends_exactly_the_budget() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let starts = d.join("starts");
-    let script = d.join("envoy.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho start >> {}\necho 'critical: error initializing configuration: bogus listener (crash test)' >&2\nexit 1\n",
-            starts.display()
-        ),
-    )
-    .unwrap();
-    Command::new("chmod")
-        .arg("+x")
-        .arg(&script)
-        .status()
-        .unwrap();
+    let (script, starts) = fake_envoy(
+        d,
+        "echo 'critical: error initializing configuration: bogus listener (crash test)' >&2\nexit 1",
+    );
     let mut agent = Agent::start(
         d,
         "crash",
@@ -327,18 +316,7 @@ async fn an_envoy_that_always_crashes_spends_exactly_the_budget() {
 async fn a_clean_envoy_exit_ends_the_agent() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let starts = d.join("starts");
-    let script = d.join("envoy.sh");
-    std::fs::write(
-        &script,
-        format!("#!/bin/sh\necho start >> {}\nexit 0\n", starts.display()),
-    )
-    .unwrap();
-    Command::new("chmod")
-        .arg("+x")
-        .arg(&script)
-        .status()
-        .unwrap();
+    let (script, starts) = fake_envoy(d, "exit 0");
     let mut agent = Agent::start(
         d,
         "clean",
@@ -349,6 +327,24 @@ async fn a_clean_envoy_exit_ends_the_agent() {
     assert!(status.success(), "{status}:\n{}", agent.tail());
     let count = std::fs::read_to_string(&starts).unwrap().lines().count();
     assert_eq!(count, 1, "no restart after a clean exit");
+}
+
+/// Writes `text` to `path` and makes it executable.
+fn write_executable(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    Command::new("chmod").arg("+x").arg(path).status().unwrap();
+}
+
+/// A stand-in for Envoy in `d`: a script that appends a line to the returned `starts` file each
+/// time it runs, then runs the shell lines `then`. Returns (script, starts).
+fn fake_envoy(d: &Path, then: &str) -> (PathBuf, PathBuf) {
+    let starts = d.join("starts");
+    let script = d.join("envoy.sh");
+    write_executable(
+        &script,
+        &format!("#!/bin/sh\necho start >> {}\n{then}\n", starts.display()),
+    );
+    (script, starts)
 }
 
 /// Requests through `listener` every 10 ms until `stop`; counts (ok, failed).
@@ -417,34 +413,21 @@ async fn rotate_certificates(mode: Rotation) {
     let key = pki::write(&certs, "key.pem", &leaf.key);
     let ca_path = d.join("ca.crt");
     let wrapper = d.join("envoy-no-hot-restart.sh");
-    std::fs::write(
+    write_executable(
         &wrapper,
-        format!(
+        &format!(
             "#!/bin/sh\ncase \" $* \" in *\" --restart-epoch 1 \"*)\n  echo 'cannot open shared memory region for hot restart (simulated)' >&2; exit 1;;\nesac\nexec {} \"$@\"\n",
             envoy_bin().display()
         ),
-    )
-    .unwrap();
-    Command::new("chmod")
-        .arg("+x")
-        .arg(&wrapper)
-        .status()
-        .unwrap();
+    );
     let mut flags = vec![];
     match mode {
         Rotation::Hot => {}
         Rotation::Cold => flags.push("--no-hot-restart"),
         Rotation::HotUnavailable => flags.extend(["--envoy", wrapper.to_str().unwrap()]),
     }
+    flags.extend(pki::client_tls_flags(&ca_path, &cert, &key));
     flags.extend([
-        "--tls-ca",
-        ca_path.to_str().unwrap(),
-        "--tls-cert",
-        cert.to_str().unwrap(),
-        "--tls-key",
-        key.to_str().unwrap(),
-        "--tls-sni",
-        pki::SERVER_NAME,
         "--workload",
         "cart-1",
         "--namespace",

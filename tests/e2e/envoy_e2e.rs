@@ -7,8 +7,8 @@ use tributary_registries::mock::proto::mock_registry_client::MockRegistryClient;
 use tributary_registries::mock::proto::{Endpoint as EndpointSpec, SetEndpointsRequest};
 
 use crate::support::harness::{
-    Backend, Envoy, Tributary, dynamic_config, eventually, free_port, http_get, loopback, mesh,
-    move_web, no_rejections, replace_file, wait_for_backend, warming_drains,
+    Backend, Envoy, Tributary, dynamic_config, envoy_serving_web, eventually, free_port, http_get,
+    loopback, mesh, move_web, no_rejections, replace_file, wait_for_backend, warming_drains,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,18 +70,12 @@ async fn file_and_control_api_changes_move_traffic_and_removal_removes_config() 
         &["--control-addr", &control.to_string()],
     )
     .await;
-    let mut envoy = Envoy::start(
+    let envoy = envoy_serving_web(
         dir.path(),
         "e2e",
         t.xds,
-        &["--listener-address", "127.0.0.1"],
-    )
-    .await;
-    envoy.wait_live().await;
-    wait_for_backend(
+        &[],
         listener,
-        "web.e2e.local",
-        "backend-a",
         Duration::from_secs(10),
     )
     .await;
@@ -166,18 +160,12 @@ async fn restart_causes_no_spurious_deletions() {
     let (xds, admin) = (loopback(free_port()), loopback(free_port()));
     let args = ["--mock-file", file.to_str().unwrap()];
     let mut t = Tributary::start(dir.path(), xds, admin, &args).await;
-    let mut envoy = Envoy::start(
+    let envoy = envoy_serving_web(
         dir.path(),
         "restart",
         t.xds,
-        &["--listener-address", "127.0.0.1"],
-    )
-    .await;
-    envoy.wait_live().await;
-    wait_for_backend(
+        &[],
         loopback(port),
-        "web.e2e.local",
-        "backend-a",
         Duration::from_secs(10),
     )
     .await;

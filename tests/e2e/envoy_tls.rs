@@ -37,25 +37,10 @@ async fn envoy_gets_config_over_mtls_from_bootstrap_tls() {
     let cert = pki::write(d, "envoy.crt", &client.cert);
     let key = pki::write(d, "envoy.key", &client.key);
     let ca_path = d.join("ca.crt");
-    let mut envoy = Envoy::start(
-        d,
-        SHOP_NODE,
-        tls_addr,
-        &[
-            "--tls",
-            "--tls-ca",
-            ca_path.to_str().unwrap(),
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-            "--tls-sni",
-            pki::SERVER_NAME,
-            "--listener-address",
-            "127.0.0.1",
-        ],
-    )
-    .await;
+    let mut flags = vec!["--tls"];
+    flags.extend(pki::client_tls_flags(&ca_path, &cert, &key));
+    flags.extend(["--listener-address", "127.0.0.1"]);
+    let mut envoy = Envoy::start(d, SHOP_NODE, tls_addr, &flags).await;
     serves_web(&mut envoy, port).await;
     no_rejections(&envoy).await;
     let syncz = t.get("/debug/syncz").await;

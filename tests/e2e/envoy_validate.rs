@@ -304,32 +304,50 @@ fn real_envoy_accepts_everything_generated() {
 #[test]
 fn harness_fails_on_a_broken_resource() {
     // The harness must be able to fail: a route configuration with one domain twice (istio #4845).
+    let duplicate_domain = |statics: &mut StaticResources| {
+        let twin = named(
+            &mut statics.listeners,
+            |l| l.name == "rds-check_80",
+            "route check listener for port 80",
+        );
+        let f = &mut twin.filter_chains[0].filters[0];
+        let Some(filter::ConfigType::TypedConfig(typed)) = &mut f.config_type else {
+            panic!()
+        };
+        let mut hcm = HttpConnectionManager::decode(typed.value.as_slice()).unwrap();
+        let Some(RouteSpecifier::RouteConfig(rc)) = &mut hcm.route_specifier else {
+            panic!()
+        };
+        let stolen = rc.virtual_hosts[0].domains[0].clone();
+        rc.virtual_hosts[1].domains.push(stolen);
+        *typed = any(&hcm);
+    };
+    assert_rejected_after(
+        duplicate_domain,
+        "Envoy must reject a duplicate domain",
+        "domain",
+    );
+}
+
+/// The one item of `items` that `is` picks; `what` names it when it is missing.
+fn named<'a, T>(items: &'a mut [T], is: impl Fn(&T) -> bool, what: &str) -> &'a mut T {
+    items.iter_mut().find(|item| is(item)).expect(what)
+}
+
+/// Validates the mesh's bootstrap once `spoil` has broken its static resources: Envoy must
+/// reject it (`why`) with an error that mentions `needle`.
+fn assert_rejected_after(spoil: impl FnOnce(&mut StaticResources), why: &str, needle: &str) {
     let mesh = mesh();
     let (mut bootstrap, _) = bootstrap(&mesh);
-    let statics = bootstrap
-        .static_resources
-        .as_mut()
-        .expect("static resources");
-    let twin = statics
-        .listeners
-        .iter_mut()
-        .find(|l| l.name == "rds-check_80")
-        .expect("route check listener for port 80");
-    let f = &mut twin.filter_chains[0].filters[0];
-    let Some(filter::ConfigType::TypedConfig(typed)) = &mut f.config_type else {
-        panic!()
-    };
-    let mut hcm = HttpConnectionManager::decode(typed.value.as_slice()).unwrap();
-    let Some(RouteSpecifier::RouteConfig(rc)) = &mut hcm.route_specifier else {
-        panic!()
-    };
-    let stolen = rc.virtual_hosts[0].domains[0].clone();
-    rc.virtual_hosts[1].domains.push(stolen);
-    *typed = any(&hcm);
+    spoil(
+        bootstrap
+            .static_resources
+            .as_mut()
+            .expect("static resources"),
+    );
     let dir = tempfile::tempdir().expect("temp dir");
-    let err =
-        envoy_validate(&bootstrap, dir.path()).expect_err("Envoy must reject a duplicate domain");
-    assert!(err.contains("domain"), "unexpected failure: {err}");
+    let err = envoy_validate(&bootstrap, dir.path()).expect_err(why);
+    assert!(err.contains(needle), "unexpected failure: {err}");
 }
 
 #[test]
@@ -377,20 +395,15 @@ fn bind_address_and_socket_shape_survive_validation() {
 #[test]
 fn harness_fails_on_an_empty_logical_dns_cluster() {
     // Why an empty DNS_ROUND_ROBIN service is sent as STRICT_DNS: Envoy rejects this.
-    let mesh = mesh();
-    let (mut bootstrap, _) = bootstrap(&mesh);
-    let statics = bootstrap
-        .static_resources
-        .as_mut()
-        .expect("static resources");
-    let empty = statics
-        .clusters
-        .iter_mut()
-        .find(|c| c.name == "outbound|8083||none.example.com")
-        .expect("the empty DNS_ROUND_ROBIN cluster");
-    empty.cluster_discovery_type =
-        Some(ClusterDiscoveryType::Type(DiscoveryType::LogicalDns as i32));
-    let dir = tempfile::tempdir().expect("temp dir");
-    let err = envoy_validate(&bootstrap, dir.path()).expect_err("Envoy must reject it");
-    assert!(err.contains("LOGICAL_DNS"), "unexpected failure: {err}");
+    let logical_dns = |statics: &mut StaticResources| {
+        let none = |c: &Cluster| c.name == "outbound|8083||none.example.com";
+        let empty = named(
+            &mut statics.clusters,
+            none,
+            "the empty DNS_ROUND_ROBIN cluster",
+        );
+        empty.cluster_discovery_type =
+            Some(ClusterDiscoveryType::Type(DiscoveryType::LogicalDns as i32));
+    };
+    assert_rejected_after(logical_dns, "Envoy must reject it", "LOGICAL_DNS");
 }

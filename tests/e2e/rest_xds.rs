@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::harness::{
-    Backend, Envoy, Tributary, free_port, loopback, mesh, move_web, no_rejections, wait_for_backend,
+    Backend, Tributary, envoy_serving_web, free_port, loopback, mesh, move_web, no_rejections,
 };
 
 /// A minimal HTTP/1.1 POST of a JSON body; returns (status, body).
@@ -44,18 +44,12 @@ async fn rest_envoy_routes_traffic_and_follows_an_endpoint_change() {
     let listener = loopback(port);
     let (t, file) = Tributary::on_mesh(dir.path(), &mesh(port, &[a.addr]), &[]).await;
     // REST-1: CDS/LDS over REST from the bootstrap; REST-3: EDS/RDS over REST from the resources.
-    let mut envoy = Envoy::start(
+    let envoy = envoy_serving_web(
         dir.path(),
         "rest",
         t.xds,
-        &["--listener-address", "127.0.0.1", "--rest"],
-    )
-    .await;
-    envoy.wait_live().await;
-    wait_for_backend(
+        &["--rest"],
         listener,
-        "web.e2e.local",
-        "backend-a",
         Duration::from_secs(15),
     )
     .await;

@@ -422,7 +422,7 @@ async fn crds_canary_shift_under_load_sotw() {
 /// their `exportTo` (stored, not applied). REG-11.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_sources_show_in_debug_pages_with_their_rejections() {
-    use envoy_harness::{Tributary, free_port, loopback};
+    use envoy_harness::Tributary;
     use serde_json::Value;
 
     let dir = tempfile::tempdir().unwrap();
@@ -434,21 +434,13 @@ async fn config_sources_show_in_debug_pages_with_their_rejections() {
     let bad_vs = bad_vs.replace("name: reviews", "name: broken");
     let exported = destination_rule("").replace("spec:\n", "spec:\n  exportTo: [\".\"]\n");
     std::fs::write(good.join("rules.yaml"), format!("{exported}---\n{bad_vs}")).unwrap();
-    let config = dir.path().join("tributary.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let (t, _) = Tributary::on_config(
+        dir.path(),
+        &format!(
             "config_sources:\n  - address: fs://{}\n  - address: fs://{}\n",
             good.display(),
             gone.display()
         ),
-    )
-    .unwrap();
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--config", config.to_str().unwrap()],
     )
     .await;
     let good_id = format!("fs://{}", good.display());

@@ -124,21 +124,7 @@ async fn a_kubernetes_service_is_reachable_through_envoy_and_scale_down_moves_tr
     let b = Backend::start_on("127.0.0.2", "backend-b").await;
     endpoints(&server, &[("web-a", &a, false)]);
     let cfg = config(dir.path(), &kubeconfig, None);
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--config", cfg.to_str().unwrap()],
-    )
-    .await;
-    let mut envoy = Envoy::start(
-        dir.path(),
-        "kube",
-        t.xds,
-        &["--listener-address", "127.0.0.1"],
-    )
-    .await;
-    envoy.wait_live().await;
+    let (t, envoy) = Tributary::with_envoy(dir.path(), &cfg, "kube").await;
     let listener = loopback(port);
     assert_eq!(answers(listener, &["backend-a"]).await, ["backend-a"]);
 
@@ -186,21 +172,7 @@ async fn the_same_hostname_from_kubernetes_and_the_mock_gets_the_union() {
     )
     .unwrap();
     let cfg = config(dir.path(), &kubeconfig, Some(&mock));
-    let t = Tributary::start(
-        dir.path(),
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--config", cfg.to_str().unwrap()],
-    )
-    .await;
-    let mut envoy = Envoy::start(
-        dir.path(),
-        "hybrid",
-        t.xds,
-        &["--listener-address", "127.0.0.1"],
-    )
-    .await;
-    envoy.wait_live().await;
+    let (_t, envoy) = Tributary::with_envoy(dir.path(), &cfg, "hybrid").await;
     assert_eq!(answers(loopback(port), &["pod", "vm"]).await, ["pod", "vm"]);
     no_rejections(&envoy).await;
 }

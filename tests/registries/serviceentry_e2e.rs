@@ -346,19 +346,6 @@ fn config(dir: &Path, registry: &str) -> std::path::PathBuf {
     path
 }
 
-async fn start(dir: &Path, config: &Path) -> (Tributary, Envoy) {
-    let t = Tributary::start(
-        dir,
-        loopback(free_port()),
-        loopback(free_port()),
-        &["--config", config.to_str().unwrap()],
-    )
-    .await;
-    let mut envoy = Envoy::start(dir, "se", t.xds, &["--listener-address", "127.0.0.1"]).await;
-    envoy.wait_live().await;
-    (t, envoy)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_entries_from_files_carry_traffic_through_envoy() {
     let dir = tempfile::tempdir().unwrap();
@@ -374,7 +361,7 @@ async fn service_entries_from_files_carry_traffic_through_envoy() {
             manifests.display()
         ),
     );
-    let (t, envoy) = start(dir.path(), &cfg).await;
+    let (t, envoy) = Tributary::with_envoy(dir.path(), &cfg, "se").await;
     mesh.check(&t, &envoy).await;
 
     // Edited while running: the static entry now points at backend-b.
@@ -418,6 +405,6 @@ async fn the_same_objects_as_crds_behave_identically() {
             kubeconfig.display()
         ),
     );
-    let (t, envoy) = start(dir.path(), &cfg).await;
+    let (t, envoy) = Tributary::with_envoy(dir.path(), &cfg, "se").await;
     mesh.check(&t, &envoy).await;
 }

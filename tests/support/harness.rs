@@ -323,6 +323,35 @@ impl Tributary {
         (t, file)
     }
 
+    /// Writes `yaml` to `<dir>/tributary.yaml` and starts tributary on it (`--config`) on free
+    /// loopback ports. Returns the file too.
+    pub async fn on_config(dir: &Path, yaml: &str) -> (Tributary, PathBuf) {
+        let file = dir.join("tributary.yaml");
+        std::fs::write(&file, yaml).expect("the test directory is writable");
+        (Self::on_config_file(dir, &file).await, file)
+    }
+
+    /// Starts tributary on the config file `config` (`--config`) on free loopback ports.
+    pub async fn on_config_file(dir: &Path, config: &Path) -> Tributary {
+        let path = config.to_str().expect("temporary paths are UTF-8");
+        Self::start(
+            dir,
+            loopback(free_port()),
+            loopback(free_port()),
+            &["--config", path],
+        )
+        .await
+    }
+
+    /// Starts tributary on the config file `config` (free loopback ports) and an Envoy (node
+    /// `node`, listeners on 127.0.0.1) fed by it, once that Envoy is live.
+    pub async fn with_envoy(dir: &Path, config: &Path, node: &str) -> (Tributary, Envoy) {
+        let t = Self::on_config_file(dir, config).await;
+        let mut envoy = Envoy::start(dir, node, t.xds, &["--listener-address", "127.0.0.1"]).await;
+        envoy.wait_live().await;
+        (t, envoy)
+    }
+
     /// The process id (to send it signals).
     pub fn proc_id(&self) -> u32 {
         self.proc.id()
@@ -491,6 +520,24 @@ pub async fn move_web(file: &Path, port: u16, to: SocketAddr, name: &str) -> Dur
         Duration::from_secs(10),
     )
     .await
+}
+
+/// Starts Envoy (node `node`, listeners on 127.0.0.1, plus `extra` flags) on `xds` and waits until
+/// it is live and the [`mesh`] service on `listener` answers from `backend-a` (within `limit`).
+pub async fn envoy_serving_web(
+    dir: &Path,
+    node: &str,
+    xds: SocketAddr,
+    extra: &[&str],
+    listener: SocketAddr,
+    limit: Duration,
+) -> Envoy {
+    let mut args = vec!["--listener-address", "127.0.0.1"];
+    args.extend_from_slice(extra);
+    let mut envoy = Envoy::start(dir, node, xds, &args).await;
+    envoy.wait_live().await;
+    wait_for_backend(listener, "web.e2e.local", "backend-a", limit).await;
+    envoy
 }
 
 /// Replaces the file the way editors do (write elsewhere, rename over).

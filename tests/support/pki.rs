@@ -86,6 +86,22 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// The client flags (`--tls-ca`, `--tls-cert`, `--tls-key`, `--tls-sni`) with which Envoy or the
+/// agent dial tributary over mTLS presenting `cert`/`key` and trusting `ca`.
+pub fn client_tls_flags<'a>(ca: &'a Path, cert: &'a Path, key: &'a Path) -> [&'a str; 8] {
+    let text = |p: &'a Path| p.to_str().expect("test paths are UTF-8");
+    [
+        "--tls-ca",
+        text(ca),
+        "--tls-cert",
+        text(cert),
+        "--tls-key",
+        text(key),
+        "--tls-sni",
+        SERVER_NAME,
+    ]
+}
+
 impl Ca {
     /// Writes a server certificate of this CA (`server.crt`, `server.key`, `ca.crt`) into `dir`,
     /// and `tributary.yaml` serving mTLS on `tls_addr` with them (trust domain `cluster.local`).

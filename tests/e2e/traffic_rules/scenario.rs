@@ -161,21 +161,13 @@ impl Mesh {
         let tcp_port = free_port();
         let mesh_file = dir.path().join("mesh.yaml");
         std::fs::write(&mesh_file, mock_mesh((port, tcp_port), &v1, &v2, true)).unwrap();
-        let config = dir.path().join("tributary.yaml");
-        std::fs::write(
-            &config,
-            format!(
+        let (t, _) = Tributary::on_config(
+            dir.path(),
+            &format!(
                 "registries:\n  - {{type: mock, name: mock, file: {}}}\nconfig_sources:\n{sources}\
                  debounce: {{debounce_after: 10ms, debounce_max: 100ms}}\n",
                 mesh_file.display()
             ),
-        )
-        .unwrap();
-        let t = Tributary::start(
-            dir.path(),
-            loopback(free_port()),
-            loopback(free_port()),
-            &["--config", config.to_str().unwrap()],
         )
         .await;
         let mut envoy = start_envoy(dir.path(), mode, t.xds).await;
