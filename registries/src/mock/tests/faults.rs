@@ -31,6 +31,14 @@ async fn cleared(r: &mut Running) -> Vec<String> {
     summary(&r.drain())
 }
 
+/// Adds c.demo with one endpoint, 10.0.0.5.
+async fn add_c(r: &Running) {
+    r.handle
+        .upsert_service(spec("c.demo", &["10.0.0.5"]))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn whole_state_then_synced_then_only_real_changes() {
     let mut r = start(two_services());
@@ -108,10 +116,7 @@ async fn hold_sync_delivers_nothing_until_released() {
         ..two_services()
     });
     assert_eq!(r.settle().await, []);
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(r.settle().await, []);
     let state = r.handle.state().await.unwrap();
@@ -131,10 +136,7 @@ async fn delay_delivers_each_change_after_the_delay() {
         .inject_fault(Fault::Delay(Duration::from_millis(100)))
         .await
         .unwrap();
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     r.handle.delete_service("b.demo").await.unwrap();
     assert_eq!(r.drain(), [], "nothing before the delay");
@@ -168,10 +170,7 @@ async fn error_reports_degraded_holds_changes_and_heals_with_the_net_diff() {
         })]
     );
     // Made and partly undone while failing: held, never a deletion on the wire.
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     r.handle.delete_service("b.demo").await.unwrap();
     r.handle.delete_service("c.demo").await.unwrap();
     r.handle
@@ -195,10 +194,7 @@ async fn error_reports_degraded_holds_changes_and_heals_with_the_net_diff() {
 async fn stall_is_total_silence_until_cleared() {
     let mut r = started().await;
     r.handle.inject_fault(Fault::Stall).await.unwrap();
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     r.handle
         .inject_fault(Fault::Error {
             message: "also failing".into(),
@@ -238,10 +234,7 @@ async fn pause_then_resume_delivers_the_coalesced_net_changes() {
         .set_endpoints("a.demo", vec![endpoint("10.0.0.1"), endpoint("10.0.0.2")])
         .await
         .unwrap();
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     r.handle
         .upsert_service(spec("c.demo", &["10.0.0.5", "10.0.0.6"]))
         .await
