@@ -85,12 +85,10 @@ pub fn render(o: &BootstrapOptions) -> String {
         return y;
     }
     let api_type = if o.delta { "DELTA_GRPC" } else { "GRPC" };
+    render_admin(&mut y, o);
     let _ = write!(
         y,
-        r#"admin:
-  address:
-    socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }}
-dynamic_resources:
+        r#"dynamic_resources:
   ads_config:
     api_type: {api_type}
     transport_api_version: V3
@@ -110,18 +108,9 @@ static_resources:
           explicit_http_config:
             http2_protocol_options:
               connection_keepalive: {{ interval: 30s, timeout: 10s }}
-      load_assignment:
-        cluster_name: xds-grpc
-        endpoints:
-          - lb_endpoints:
-              - endpoint:
-                  address:
-                    socket_address: {{ address: {host}, port_value: {xds_port} }}
 "#,
-        admin_port = o.admin_port,
-        xds_port = o.xds_port,
-        host = yaml_str(host),
     );
+    render_xds_endpoint(&mut y, o, host);
     if let Some(tls) = &o.tls {
         render_tls(&mut y, tls);
     }
@@ -144,12 +133,10 @@ fn render_rest(y: &mut String, o: &BootstrapOptions, xds_type: &str, host: &str)
         cluster = crate::envoy::REST_XDS_CLUSTER,
         delay = crate::envoy::REST_REFRESH_DELAY.as_secs(),
     );
+    render_admin(y, o);
     let _ = write!(
         y,
-        r#"admin:
-  address:
-    socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }}
-dynamic_resources:
+        r#"dynamic_resources:
   cds_config: {source}
   lds_config: {source}
 static_resources:
@@ -157,7 +144,29 @@ static_resources:
     - name: {cluster}
       type: {xds_type}
       connect_timeout: 1s
-      load_assignment:
+"#,
+        cluster = crate::envoy::REST_XDS_CLUSTER,
+    );
+    render_xds_endpoint(y, o, host);
+}
+
+/// The admin listener, on loopback only.
+fn render_admin(y: &mut String, o: &BootstrapOptions) {
+    let _ = write!(
+        y,
+        r#"admin:
+  address:
+    socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }}
+"#,
+        admin_port = o.admin_port,
+    );
+}
+
+/// The one endpoint of the xDS cluster: tributary at `host`, on the xDS port.
+fn render_xds_endpoint(y: &mut String, o: &BootstrapOptions, host: &str) {
+    let _ = write!(
+        y,
+        r#"      load_assignment:
         cluster_name: {cluster}
         endpoints:
           - lb_endpoints:
@@ -165,10 +174,9 @@ static_resources:
                   address:
                     socket_address: {{ address: {host}, port_value: {xds_port} }}
 "#,
-        admin_port = o.admin_port,
+        cluster = crate::envoy::REST_XDS_CLUSTER,
         xds_port = o.xds_port,
         host = yaml_str(host),
-        cluster = crate::envoy::REST_XDS_CLUSTER,
     );
 }
 

@@ -194,6 +194,21 @@ impl ResolvesServerCert for Resolver {
 #[derive(Debug)]
 struct Verifier(Arc<ArcSwap<Material>>);
 
+/// The TLS 1.2 and 1.3 handshake signature checks have one signature; both go to the verifier
+/// loaded at the time of the handshake.
+macro_rules! delegate_signature_checks {
+    ($($check:ident),+) => {$(
+        fn $check(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            self.0.load().verifier.$check(message, cert, dss)
+        }
+    )+};
+}
+
 impl ClientCertVerifier for Verifier {
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
         // The hints would have to outlive a reload; clients send their certificate without them.
@@ -212,29 +227,7 @@ impl ClientCertVerifier for Verifier {
             .verify_client_cert(end_entity, intermediates, now)
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0
-            .load()
-            .verifier
-            .verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0
-            .load()
-            .verifier
-            .verify_tls13_signature(message, cert, dss)
-    }
+    delegate_signature_checks!(verify_tls12_signature, verify_tls13_signature);
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.load().verifier.supported_verify_schemes()

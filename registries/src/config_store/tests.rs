@@ -36,6 +36,15 @@ fn set(drs: Vec<Arc<Rule<DestinationRule>>>, vss: Vec<Arc<Rule<VirtualService>>>
     }
 }
 
+/// The hosts of the destination rules served, in order.
+fn dr_hosts(rules: &RuleSet) -> Vec<&str> {
+    rules
+        .destination_rules
+        .iter()
+        .map(|d| d.spec.host.as_str())
+        .collect()
+}
+
 #[test]
 fn sources_merge_in_config_order_and_the_first_definition_wins() {
     let (store, mut rx) = ConfigStore::new();
@@ -52,11 +61,7 @@ fn sources_merge_in_config_order_and_the_first_definition_wins() {
     assert!(rx.has_changed().unwrap());
     a.publish(set(vec![dr("reviews", "file.example", "a.yaml:1")], vec![]));
     let now = rx.borrow_and_update().clone();
-    let hosts: Vec<&str> = now
-        .destination_rules
-        .iter()
-        .map(|d| d.spec.host.as_str())
-        .collect();
+    let hosts = dr_hosts(&now);
     assert_eq!(
         hosts,
         ["file.example", "r"],
@@ -71,11 +76,7 @@ fn sources_merge_in_config_order_and_the_first_definition_wins() {
     // A removed source takes its rules with it; the other copy is served again.
     store.remove(&RegistryId::new("fs:///a"));
     let now = rx.borrow_and_update().clone();
-    let hosts: Vec<&str> = now
-        .destination_rules
-        .iter()
-        .map(|d| d.spec.host.as_str())
-        .collect();
+    let hosts = dr_hosts(&now);
     assert_eq!(hosts, ["k8s.example", "r"]);
     assert_eq!(store.current(), now);
 }

@@ -18,6 +18,27 @@ fn two_services() -> MockConfig {
     }
 }
 
+/// The two services running, their initial events consumed.
+async fn started() -> Running {
+    let mut r = start(two_services());
+    r.settle().await;
+    r
+}
+
+/// Clears the faults and pictures what the registry then sends.
+async fn cleared(r: &mut Running) -> Vec<String> {
+    r.handle.clear_faults().await.unwrap();
+    summary(&r.drain())
+}
+
+/// Adds c.demo with one endpoint, 10.0.0.5.
+async fn add_c(r: &Running) {
+    r.handle
+        .upsert_service(spec("c.demo", &["10.0.0.5"]))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn whole_state_then_synced_then_only_real_changes() {
     let mut r = start(two_services());
@@ -63,8 +84,7 @@ async fn whole_state_then_synced_then_only_real_changes() {
 
 #[tokio::test(start_paused = true)]
 async fn invalid_requests_name_the_field_and_change_nothing() {
-    let mut r = start(two_services());
-    r.settle().await;
+    let mut r = started().await;
     let mut bad = spec("a.demo", &["10.0.0.1"]);
     bad.endpoints[0].ports.insert("grpc".into(), 9000);
     let err = r.handle.upsert_service(bad).await.unwrap_err().to_string();
@@ -96,10 +116,7 @@ async fn hold_sync_delivers_nothing_until_released() {
         ..two_services()
     });
     assert_eq!(r.settle().await, []);
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(r.settle().await, []);
     let state = r.handle.state().await.unwrap();
@@ -114,16 +131,12 @@ async fn hold_sync_delivers_nothing_until_released() {
 
 #[tokio::test(start_paused = true)]
 async fn delay_delivers_each_change_after_the_delay() {
-    let mut r = start(two_services());
-    r.settle().await;
+    let mut r = started().await;
     r.handle
         .inject_fault(Fault::Delay(Duration::from_millis(100)))
         .await
         .unwrap();
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     r.handle.delete_service("b.demo").await.unwrap();
     assert_eq!(r.drain(), [], "nothing before the delay");
@@ -137,15 +150,13 @@ async fn delay_delivers_each_change_after_the_delay() {
 
     // Clearing delivers anything still delayed at once.
     r.handle.delete_service("c.demo").await.unwrap();
-    r.handle.clear_faults().await.unwrap();
-    assert_eq!(summary(&r.drain()), ["-c.demo"]);
+    assert_eq!(cleared(&mut r).await, ["-c.demo"]);
     assert_eq!(r.handle.state().await.unwrap().faults, []);
 }
 
 #[tokio::test(start_paused = true)]
 async fn error_reports_degraded_holds_changes_and_heals_with_the_net_diff() {
-    let mut r = start(two_services());
-    r.settle().await;
+    let mut r = started().await;
     r.handle
         .inject_fault(Fault::Error {
             message: "consul says 500".into(),
@@ -159,10 +170,7 @@ async fn error_reports_degraded_holds_changes_and_heals_with_the_net_diff() {
         })]
     );
     // Made and partly undone while failing: held, never a deletion on the wire.
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     r.handle.delete_service("b.demo").await.unwrap();
     r.handle.delete_service("c.demo").await.unwrap();
     r.handle
@@ -179,19 +187,14 @@ async fn error_reports_degraded_holds_changes_and_heals_with_the_net_diff() {
     assert!(matches!(state.status, RegistryStatus::Degraded { .. }));
     assert_eq!(state.faults.len(), 1);
 
-    r.handle.clear_faults().await.unwrap();
-    assert_eq!(summary(&r.drain()), ["healthy", "+a.demo/1"]);
+    assert_eq!(cleared(&mut r).await, ["healthy", "+a.demo/1"]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn stall_is_total_silence_until_cleared() {
-    let mut r = start(two_services());
-    r.settle().await;
+    let mut r = started().await;
     r.handle.inject_fault(Fault::Stall).await.unwrap();
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     r.handle
         .inject_fault(Fault::Error {
             message: "also failing".into(),
@@ -202,8 +205,7 @@ async fn stall_is_total_silence_until_cleared() {
     r.handle.resume_sync().await.unwrap();
     tokio::time::sleep(Duration::from_secs(3600)).await;
     assert_eq!(r.settle().await, [], "not even a status while stalled");
-    r.handle.clear_faults().await.unwrap();
-    assert_eq!(summary(&r.drain()), ["+c.demo/1"]);
+    assert_eq!(cleared(&mut r).await, ["+c.demo/1"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -215,14 +217,12 @@ async fn stall_before_sync_withholds_the_initial_state() {
     r.handle.inject_fault(Fault::Stall).await.unwrap();
     r.handle.release_sync().await.unwrap();
     assert_eq!(r.settle().await, []);
-    r.handle.clear_faults().await.unwrap();
-    assert_eq!(summary(&r.drain()), ["+a.demo/2 +b.demo/1", "synced"]);
+    assert_eq!(cleared(&mut r).await, ["+a.demo/2 +b.demo/1", "synced"]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn pause_then_resume_delivers_the_coalesced_net_changes() {
-    let mut r = start(two_services());
-    r.settle().await;
+    let mut r = started().await;
     r.handle.pause_sync().await.unwrap();
     assert!(r.handle.state().await.unwrap().paused);
     // Flip-flop (REG-14): a.demo ends where it started, so it is not sent.
@@ -234,10 +234,7 @@ async fn pause_then_resume_delivers_the_coalesced_net_changes() {
         .set_endpoints("a.demo", vec![endpoint("10.0.0.1"), endpoint("10.0.0.2")])
         .await
         .unwrap();
-    r.handle
-        .upsert_service(spec("c.demo", &["10.0.0.5"]))
-        .await
-        .unwrap();
+    add_c(&r).await;
     r.handle
         .upsert_service(spec("c.demo", &["10.0.0.5", "10.0.0.6"]))
         .await
@@ -251,8 +248,7 @@ async fn pause_then_resume_delivers_the_coalesced_net_changes() {
         .await
         .unwrap();
     assert_eq!(summary(&r.drain()), ["degraded"]);
-    r.handle.clear_faults().await.unwrap();
-    assert_eq!(summary(&r.drain()), ["healthy"]);
+    assert_eq!(cleared(&mut r).await, ["healthy"]);
     r.handle.resume_sync().await.unwrap();
     assert_eq!(summary(&r.drain()), ["-b.demo +c.demo/2"]);
 }

@@ -24,6 +24,18 @@ fn addresses(c: &Catalog, host: &str) -> Vec<String> {
 
 const STATIC: &str = "hosts: [api.example.com]\nports: [{number: 80, name: http, protocol: HTTP}]\nresolution: STATIC";
 
+/// The 2024 `shop/old` entry for api.example.com with one endpoint, 10.0.0.1.
+fn old_shop_entry() -> String {
+    with_time(
+        service_entry(
+            "old",
+            "shop",
+            &format!("{STATIC}\nendpoints: [{{address: 10.0.0.1}}]"),
+        ),
+        "2024-01-01T00:00:00Z",
+    )
+}
+
 #[test]
 fn workload_entries_in_the_same_namespace_are_selected() {
     let se = service_entry(
@@ -76,14 +88,7 @@ fn workload_entries_in_the_same_namespace_are_selected() {
 #[test]
 fn the_oldest_entry_defines_a_shared_host_and_same_namespace_endpoints_join() {
     // REG-10: the result does not depend on the order objects arrive in.
-    let old = with_time(
-        service_entry(
-            "old",
-            "shop",
-            &format!("{STATIC}\nendpoints: [{{address: 10.0.0.1}}]"),
-        ),
-        "2024-01-01T00:00:00Z",
-    );
+    let old = old_shop_entry();
     let new = with_time(
         service_entry(
             "new",
@@ -110,14 +115,7 @@ fn the_oldest_entry_defines_a_shared_host_and_same_namespace_endpoints_join() {
 
 #[test]
 fn another_namespace_or_another_shape_is_reported_not_served() {
-    let old = with_time(
-        service_entry(
-            "old",
-            "shop",
-            &format!("{STATIC}\nendpoints: [{{address: 10.0.0.1}}]"),
-        ),
-        "2024-01-01T00:00:00Z",
-    );
+    let old = old_shop_entry();
     let elsewhere = with_time(
         service_entry(
             "same-host",

@@ -69,9 +69,8 @@ fn every_problem_is_reported_not_only_the_first() {
     );
 }
 
-#[test]
-fn a_valid_entry_keeps_what_envoy_needs() {
-    let v = se("hosts: [api.example.com, www.example.com]
+/// An entry setting every field, up to its first endpoint; more endpoints may follow.
+const FULL_HEAD: &str = "hosts: [api.example.com, www.example.com]
 addresses: [10.9.0.1, 10.9.0.2/32, 10.10.0.0/16]
 ports:
 - {number: 443, name: https, protocol: HTTPS}
@@ -81,25 +80,20 @@ location: MESH_INTERNAL
 resolution: STATIC
 endpoints:
 - {address: 10.0.0.1, ports: {http: 8081}, labels: {version: v1}, locality: us/east/a, weight: 3, network: n1, serviceAccount: api}
-- {address: 'unix:///var/run/api.sock'}
-exportTo: [., other]
-subjectAltNames: [spiffe://b, spiffe://a]")
+";
+/// The fields after the endpoints of [`FULL_HEAD`].
+const FULL_TAIL: &str = "exportTo: [., other]
+subjectAltNames: [spiffe://b, spiffe://a]";
+
+#[test]
+fn a_valid_entry_keeps_what_envoy_needs() {
+    let v = se(&format!(
+        "{FULL_HEAD}- {{address: 'unix:///var/run/api.sock'}}\n{FULL_TAIL}"
+    ))
     .expect_err("a unix endpoint needs exactly one port");
     assert_eq!(v[0].0, "spec.endpoints[1].address");
 
-    let v = se("hosts: [api.example.com, www.example.com]
-addresses: [10.9.0.1, 10.9.0.2/32, 10.10.0.0/16]
-ports:
-- {number: 443, name: https, protocol: HTTPS}
-- {number: 80, name: http, protocol: http, targetPort: 8080}
-- {number: 9000, name: grpc, protocol: GRPC}
-location: MESH_INTERNAL
-resolution: STATIC
-endpoints:
-- {address: 10.0.0.1, ports: {http: 8081}, labels: {version: v1}, locality: us/east/a, weight: 3, network: n1, serviceAccount: api}
-exportTo: [., other]
-subjectAltNames: [spiffe://b, spiffe://a]")
-    .unwrap();
+    let v = se(&format!("{FULL_HEAD}{FULL_TAIL}")).unwrap();
     assert_eq!(v.hosts.len(), 2);
     assert_eq!(
         v.vips,
