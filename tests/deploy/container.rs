@@ -137,6 +137,19 @@ fn dependencies_build_in_their_own_layer() {
     }
     assert!(targets >= 4, "{targets} targets");
     assert!(!workspace_targets(ctx.path()).is_empty());
+    // What the build scripts read outside their crate (`"../proto"`, `"../third_party/..."`)
+    // must be in the layer too, or its dependency build fails.
+    for crate_dir in [".", "registries"] {
+        let script = read(&root().join(crate_dir).join("build.rs"));
+        for path in script.split('"').filter(|s| s.starts_with("../")) {
+            let needed = Path::new(crate_dir).join(path);
+            assert!(
+                ctx.path().join(&needed).exists(),
+                "{CONTAINERFILE}: layer 1 lacks {} (read by {crate_dir}/build.rs)",
+                needed.display()
+            );
+        }
+    }
 }
 
 /// (name, source path relative to the workspace root) of the targets of the workspace's packages
