@@ -64,6 +64,7 @@ mod empty_answers;
 pub(crate) mod metrics;
 mod names;
 mod node;
+mod per_type;
 mod record;
 mod request;
 mod response;

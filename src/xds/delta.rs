@@ -30,6 +30,7 @@ use super::cache::FullSetCache;
 use super::connections::TypeStatus;
 use super::metrics::InvalidReason;
 use super::names::SharedNames;
+use super::per_type::PerType;
 use super::request::{Kind, MAX_NAMES_PER_REQUEST, check_names, refuse};
 use super::response::{self, TooLarge};
 use super::stream::Protocol;
@@ -39,13 +40,13 @@ use state::{DeltaBuilt, DeltaState, Request};
 
 /// The delta side of one stream.
 pub(crate) struct Delta {
-    types: [DeltaState; ResourceType::COUNT],
+    types: PerType<DeltaState>,
 }
 
 impl Default for Delta {
     fn default() -> Self {
         Self {
-            types: ResourceType::ALL.map(DeltaState::new),
+            types: PerType::default(),
         }
     }
 }
@@ -101,13 +102,13 @@ impl Protocol for Delta {
         }
         let changes_subscription =
             !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty();
-        let state = &mut self.types[ty.index()];
+        let state = self.types.entry(ty);
         if changes_subscription && writer.recall(ty).is_some() {
             // A response built for the old subscription has not started: rebuild it after this
             // request, so nothing goes out for names the client just dropped (INV-5).
             state.recalled();
         }
-        let before = state.names().clone();
+        let before = state.sub().names.clone();
         let kind = state.on_request(&Request {
             nonce: &req.response_nonce,
             subscribe: &req.resource_names_subscribe,
@@ -116,17 +117,17 @@ impl Protocol for Delta {
             error: Self::error(req),
             known,
         });
-        if !state.names().ptr_eq(&before) {
-            shared.share(state.names_mut());
+        if !state.sub().names.ptr_eq(&before) {
+            shared.share(&mut state.sub_mut().names);
         }
-        if state.subscribed_names() > MAX_NAMES_PER_REQUEST {
+        if state.sub().names.len() > MAX_NAMES_PER_REQUEST {
             // SEC-9: delta subscriptions accumulate across requests; cap the total as SotW caps
             // one request, so no client grows the server's memory without bound.
             return Err(refuse(
                 InvalidReason::BadNames,
                 format!(
                     "{} names subscribed to {ty}, over the limit of {MAX_NAMES_PER_REQUEST}",
-                    state.subscribed_names()
+                    state.sub().names.len()
                 ),
             ));
         }
@@ -134,23 +135,25 @@ impl Protocol for Delta {
     }
 
     fn subscribed(&self, ty: ResourceType) -> bool {
-        self.types[ty.index()].subscribed()
+        self.types.get(ty).is_some_and(DeltaState::subscribed)
     }
 
     fn recalled(&mut self, ty: ResourceType, _framed: Framed) {
-        self.types[ty.index()].recalled();
+        if let Some(state) = self.types.get_mut(ty) {
+            state.recalled();
+        }
     }
 
     fn status(&self, ty: ResourceType) -> TypeStatus {
-        self.types[ty.index()].status()
+        self.types.get(ty).map(DeltaState::status).unwrap_or_default()
     }
 
     fn has_work(&self, ty: ResourceType, latest_seq: u64) -> bool {
-        self.types[ty.index()].has_work(latest_seq)
+        self.types.get(ty).is_some_and(|s| s.has_work(latest_seq))
     }
 
     fn would_send(&self, ty: ResourceType, snap: &Snapshot, view: View) -> bool {
-        self.types[ty.index()].would_send(snap, view)
+        self.types.get(ty).is_some_and(|s| s.would_send(snap, view))
     }
 
     fn build(
@@ -161,7 +164,7 @@ impl Protocol for Delta {
         hold_removals: bool,
         _full_sets: &FullSetCache,
     ) -> Option<DeltaBuilt> {
-        self.types[ty.index()].build(snap, view, hold_removals)
+        self.types.get_mut(ty)?.build(snap, view, hold_removals)
     }
 
     fn frame(
@@ -199,9 +202,9 @@ impl Protocol for Delta {
             return Vec::new();
         }
         // SOTW-32 for delta: re-warmed clusters need their assignment again.
-        let eds = &mut self.types[ResourceType::Endpoint.index()];
+        let eds = self.types.entry(ResourceType::Endpoint);
         eds.owe(built.resources.iter().map(|r| Arc::clone(&r.name)));
-        let Some(before) = built.previous().filter(|_| eds.requested()) else {
+        let Some(before) = built.previous().filter(|_| eds.sub().requested()) else {
             return Vec::new();
         };
         let cla = snap.resources_for(ResourceType::Endpoint, view);
@@ -223,15 +226,17 @@ impl Protocol for Delta {
     }
 
     fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: DeltaBuilt) {
-        self.types[ty.index()].sent(nonce, built.version, built.restore);
+        if let Some(state) = self.types.get_mut(ty) {
+            state.sent(nonce, built.version, built.restore);
+        }
     }
 
     fn end_cycle(&mut self) {
-        self.types[ResourceType::Cluster.index()].release_deferred();
+        self.types.entry(ResourceType::Cluster).release_deferred();
     }
 
     fn force_all(&mut self) {
-        for t in &mut self.types {
+        for t in self.types.iter_mut() {
             t.force_all();
         }
     }

@@ -22,6 +22,7 @@ use super::body::{Framed, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::TypeStatus;
 use super::names::SharedNames;
+use super::per_type::PerType;
 use super::request::{Kind, MAX_NAME_BYTES, MAX_NAMES_PER_REQUEST, check_names};
 use super::response::{self, TooLarge};
 use super::stream::Protocol;
@@ -33,7 +34,7 @@ use state::{SotwBuilt, SotwState};
 
 /// The SotW side of one stream.
 pub(crate) struct Sotw {
-    types: [SotwState; ResourceType::COUNT],
+    types: PerType<SotwState>,
     /// ADS only: the snapshot the last CDS response came from, to keep removed clusters until the
     /// routes moved off them (SOTW-31). Shared with every other holder; costs only what changed
     /// since.
@@ -45,7 +46,7 @@ pub(crate) struct Sotw {
 impl Default for Sotw {
     fn default() -> Self {
         Self {
-            types: ResourceType::ALL.map(SotwState::new),
+            types: PerType::default(),
             cds_base: None,
             cds_cleanup: false,
         }
@@ -91,7 +92,7 @@ impl Protocol for Sotw {
         writer: &SlotWriter,
         _conn: &str,
     ) -> Result<Kind, Status> {
-        let state = &mut self.types[ty.index()];
+        let state = self.types.entry(ty);
         if state.acks_before_staged(&req.response_nonce)
             && let Some(framed) = writer.recall(ty)
         {
@@ -100,7 +101,7 @@ impl Protocol for Sotw {
             // and nothing goes out for names or types the client just dropped (SOTW-35).
             state.recalled(&framed.names);
         }
-        let before = state.names().clone();
+        let before = state.sub().names.clone();
         let kind = state.on_request_known(
             &req.response_nonce,
             &req.version_info,
@@ -108,30 +109,32 @@ impl Protocol for Sotw {
             Self::error(req),
             known,
         );
-        if !state.names().ptr_eq(&before) {
-            shared.share(state.names_mut());
+        if !state.sub().names.ptr_eq(&before) {
+            shared.share(&mut state.sub_mut().names);
         }
         Ok(kind)
     }
 
     fn subscribed(&self, ty: ResourceType) -> bool {
-        self.types[ty.index()].subscribed()
+        self.types.get(ty).is_some_and(SotwState::subscribed)
     }
 
     fn recalled(&mut self, ty: ResourceType, framed: Framed) {
-        self.types[ty.index()].recalled(&framed.names);
+        if let Some(state) = self.types.get_mut(ty) {
+            state.recalled(&framed.names);
+        }
     }
 
     fn status(&self, ty: ResourceType) -> TypeStatus {
-        self.types[ty.index()].status()
+        self.types.get(ty).map(SotwState::status).unwrap_or_default()
     }
 
     fn has_work(&self, ty: ResourceType, latest_seq: u64) -> bool {
-        self.types[ty.index()].has_work(latest_seq)
+        self.types.get(ty).is_some_and(|s| s.has_work(latest_seq))
     }
 
     fn would_send(&self, ty: ResourceType, snap: &Snapshot, _view: View) -> bool {
-        self.types[ty.index()].would_send(snap)
+        self.types.get(ty).is_some_and(|s| s.would_send(snap))
     }
 
     fn build(
@@ -143,7 +146,9 @@ impl Protocol for Sotw {
         full_sets: &FullSetCache,
     ) -> Option<SotwBuilt> {
         let retain_from = self.cds_base.as_deref().filter(|_| hold_removals);
-        self.types[ty.index()].build(snap, view, retain_from, full_sets)
+        self.types
+            .get_mut(ty)?
+            .build(snap, view, retain_from, full_sets)
     }
 
     fn frame(
@@ -177,7 +182,7 @@ impl Protocol for Sotw {
         view: View,
         ads: bool,
     ) -> Vec<Arc<str>> {
-        let eds = &mut self.types[ResourceType::Endpoint.index()];
+        let eds = self.types.entry(ResourceType::Endpoint);
         eds.note_warming(&built.warming);
         self.cds_cleanup |= built.retained > 0;
         if !ads {
@@ -185,9 +190,9 @@ impl Protocol for Sotw {
         }
         let base = self.cds_base.replace(Arc::clone(snap));
         match base {
-            Some(base) if eds.requested() => {
-                let cds = &self.types[ResourceType::Cluster.index()];
-                added_eds_clusters(&base, snap, view, |c| cds.covers(c))
+            Some(base) if eds.sub().requested() => {
+                let cds = self.types.get(ResourceType::Cluster);
+                added_eds_clusters(&base, snap, view, |c| cds.is_some_and(|s| s.covers(c)))
             }
             _ => Vec::new(),
         }
@@ -198,17 +203,19 @@ impl Protocol for Sotw {
     }
 
     fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: SotwBuilt) {
-        self.types[ty.index()].sent(nonce, built.version, built.names);
+        if let Some(state) = self.types.get_mut(ty) {
+            state.sent(nonce, built.version, built.names);
+        }
     }
 
     fn end_cycle(&mut self) {
         if std::mem::take(&mut self.cds_cleanup) {
-            self.types[ResourceType::Cluster.index()].owe_full_response();
+            self.types.entry(ResourceType::Cluster).owe_full_response();
         }
     }
 
     fn force_all(&mut self) {
-        for t in &mut self.types {
+        for t in self.types.iter_mut() {
             t.force_all();
         }
     }

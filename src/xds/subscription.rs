@@ -29,6 +29,8 @@ pub struct Subscription {
     /// byte for byte (every EDS ACK of a proxy whose clusters did not change) is recognised by
     /// hashing its names once instead of looking each one up.
     last_list: Option<(usize, u128)>,
+    /// Whether the client ever asked for the type on this stream (set by every request applied).
+    requested: bool,
 }
 
 /// A SotW request's `resource_names`: a slice of decoded names, or a view over the request's
@@ -78,6 +80,16 @@ impl Change {
 }
 
 impl Subscription {
+    /// Whether the client ever asked for the type on this stream.
+    pub fn requested(&self) -> bool {
+        self.requested
+    }
+
+    /// Whether a response may be sent for the type: it was asked for and something is (INV-5).
+    pub fn subscribed(&self) -> bool {
+        self.requested && !self.is_empty()
+    }
+
     /// Whether nothing is subscribed: no response may be sent for the type (INV-5).
     pub fn is_empty(&self) -> bool {
         !self.wildcard && self.names.is_empty()
@@ -106,6 +118,7 @@ impl Subscription {
         requested: &N,
         known: Option<&TypeResources>,
     ) -> Change {
+        self.requested = true;
         let list = requested.list_key();
         if self.explicit_seen
             && requested.count() != 0
@@ -232,6 +245,7 @@ impl Subscription {
         unsubscribe: &[String],
         known: Option<&TypeResources>,
     ) -> Change {
+        self.requested = true;
         self.last_list = None;
         let mut change = Change::default();
         let was_wildcard = self.wildcard;

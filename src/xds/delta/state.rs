@@ -17,11 +17,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use imbl::OrdSet;
 use imbl::ordmap::DiffItem;
 
 use super::super::connections::TypeStatus;
 use super::super::record::{MAX_ERROR_BYTES, Sent, bounded};
+use super::super::per_type::TypeState;
 use super::super::request::Kind;
 use super::super::subscription::{Subscription, WILDCARD};
 use crate::envoy::{EncodedResource, ResourceType};
@@ -113,7 +113,6 @@ impl DeltaBuilt {
 pub(crate) struct DeltaState {
     ty: ResourceType,
     sub: Subscription,
-    requested: bool,
     /// The map the last response was built from (see the module doc); `None` before the first
     /// response or while nothing is subscribed.
     view: Option<Arc<TypeResources>>,
@@ -130,12 +129,17 @@ pub(crate) struct DeltaState {
     deferred_removals: Vec<Arc<str>>,
 }
 
+impl TypeState for DeltaState {
+    fn new(ty: ResourceType) -> Self {
+        Self::new(ty)
+    }
+}
+
 impl DeltaState {
     pub(crate) fn new(ty: ResourceType) -> Self {
         Self {
             ty,
             sub: Subscription::default(),
-            requested: false,
             view: None,
             owed: Owed::default(),
             sent: None,
@@ -147,29 +151,19 @@ impl DeltaState {
         }
     }
 
-    /// How many names are explicitly subscribed.
-    pub(crate) fn subscribed_names(&self) -> usize {
-        self.sub.names.len()
+    /// The subscription (its names are shared with equal sets of other streams, `names.rs`).
+    pub(crate) fn sub(&self) -> &Subscription {
+        &self.sub
     }
 
-    /// The subscription's explicit names, to share with equal sets of other streams (`names.rs`).
-    pub(crate) fn names(&self) -> &OrdSet<Arc<str>> {
-        &self.sub.names
-    }
-
-    /// See [`Self::names`].
-    pub(crate) fn names_mut(&mut self) -> &mut OrdSet<Arc<str>> {
-        &mut self.sub.names
-    }
-
-    /// Whether the client ever asked for this type on the stream.
-    pub(crate) fn requested(&self) -> bool {
-        self.requested
+    /// See [`Self::sub`].
+    pub(crate) fn sub_mut(&mut self) -> &mut Subscription {
+        &mut self.sub
     }
 
     /// Whether a response may be sent for this type (INV-5).
     pub(crate) fn subscribed(&self) -> bool {
-        self.requested && !self.sub.is_empty()
+        self.sub.subscribed()
     }
 
     /// Whether the next build may produce a response, given the newest snapshot `latest_seq`.
@@ -179,7 +173,7 @@ impl DeltaState {
 
     /// Applies one request (DELTA-2/3/4/5/6/7/10/11/14/16) and says what it was.
     pub(crate) fn on_request(&mut self, req: &Request<'_>) -> Kind {
-        let first = !self.requested;
+        let first = !self.sub.requested();
         let matches_sent = self.sent.as_ref().is_some_and(|s| *s.nonce == *req.nonce);
         let kind = if let Some(message) = req.error {
             // DELTA-14: record; the versions it rejected are not sent again, later changes are.
@@ -201,7 +195,6 @@ impl DeltaState {
             // The client has the staged response: nothing left to recall.
             self.staged = None;
         }
-        self.requested = true;
         let change =
             self.sub
                 .apply_delta_known(self.ty, first, req.subscribe, req.unsubscribe, req.known);
@@ -457,7 +450,7 @@ impl DeltaState {
     /// The debug view of this type.
     pub(crate) fn status(&self) -> TypeStatus {
         TypeStatus {
-            requested: self.requested,
+            requested: self.sub.requested(),
             wildcard: self.sub.wildcard,
             names: self.sub.names.clone(),
             sent_nonce: self.sent.as_ref().map(|s| Arc::clone(&s.nonce)),

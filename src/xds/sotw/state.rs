@@ -12,11 +12,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use imbl::OrdSet;
 
 use super::super::cache::FullSetCache;
 use super::super::connections::TypeStatus;
 use super::super::record::{MAX_CLIENT_VERSION_BYTES, MAX_ERROR_BYTES, Sent, bounded};
+use super::super::per_type::TypeState;
 use super::super::request::Kind;
 use super::super::response::empty_cla;
 use super::super::subscription::{Change, SotwNames, Subscription};
@@ -68,7 +68,6 @@ pub(crate) struct SotwBuilt {
 pub(crate) struct SotwState {
     ty: ResourceType,
     sub: Subscription,
-    requested: bool,
     sent: Option<Sent>,
     /// EDS/RDS: the names the last response carried, for client status (CSDS): the response's own
     /// list, shared, not a copy; `None` when it carried every subscribed name.
@@ -96,12 +95,17 @@ struct Dropped {
     names: BTreeSet<Arc<str>>,
 }
 
+impl TypeState for SotwState {
+    fn new(ty: ResourceType) -> Self {
+        Self::new(ty)
+    }
+}
+
 impl SotwState {
     pub(crate) fn new(ty: ResourceType) -> Self {
         Self {
             ty,
             sub: Subscription::default(),
-            requested: false,
             sent: None,
             last_names: None,
             before_staged: None,
@@ -115,19 +119,14 @@ impl SotwState {
         }
     }
 
-    /// The subscription's explicit names, to share with equal sets of other streams (`names.rs`).
-    pub(crate) fn names(&self) -> &OrdSet<Arc<str>> {
-        &self.sub.names
+    /// The subscription (its names are shared with equal sets of other streams, `names.rs`).
+    pub(crate) fn sub(&self) -> &Subscription {
+        &self.sub
     }
 
-    /// See [`Self::names`].
-    pub(crate) fn names_mut(&mut self) -> &mut OrdSet<Arc<str>> {
-        &mut self.sub.names
-    }
-
-    /// Whether the client ever asked for this type on the stream.
-    pub(crate) fn requested(&self) -> bool {
-        self.requested
+    /// See [`Self::sub`].
+    pub(crate) fn sub_mut(&mut self) -> &mut Subscription {
+        &mut self.sub
     }
 
     /// Whether the subscription covers `name`.
@@ -137,7 +136,7 @@ impl SotwState {
 
     /// Whether a response may be sent for this type (INV-5).
     pub(crate) fn subscribed(&self) -> bool {
-        self.requested && !self.sub.is_empty()
+        self.sub.subscribed()
     }
 
     /// Whether the next build may produce a response, given the newest snapshot `latest_seq`.
@@ -200,7 +199,7 @@ impl SotwState {
         error: Option<&str>,
         known: Option<&TypeResources>,
     ) -> Kind {
-        let initial = !self.requested;
+        let initial = !self.sub.requested();
         let matches_sent = self.sent.as_ref().is_some_and(|s| *s.nonce == *nonce);
         if !initial && !nonce.is_empty() && self.sent.is_some() && !matches_sent {
             // SOTW-9: stale. Nothing changes, but what it left out is remembered: the next fresh
@@ -224,7 +223,6 @@ impl SotwState {
         } else {
             Kind::Update
         };
-        self.requested = true;
         let change = self.sub.apply_sotw_known(self.ty, names, known);
         if self.sub.is_empty() {
             // SOTW-20/35: nothing owed any more.
@@ -513,7 +511,7 @@ impl SotwState {
     /// The debug view of this type.
     pub(crate) fn status(&self) -> TypeStatus {
         TypeStatus {
-            requested: self.requested,
+            requested: self.sub.requested(),
             wildcard: self.sub.wildcard,
             names: self.sub.names.clone(),
             sent_nonce: self.sent.as_ref().map(|s| Arc::clone(&s.nonce)),
