@@ -39,8 +39,6 @@ pub(crate) struct Sotw {
     /// routes moved off them (SOTW-31). Shared with every other holder; costs only what changed
     /// since.
     cds_base: Option<Arc<Snapshot>>,
-    /// A CDS response kept removed clusters: owe a clean one when the push completes.
-    cds_cleanup: bool,
 }
 
 impl Default for Sotw {
@@ -48,7 +46,6 @@ impl Default for Sotw {
         Self {
             types: PerType::default(),
             cds_base: None,
-            cds_cleanup: false,
         }
     }
 }
@@ -184,7 +181,6 @@ impl Protocol for Sotw {
     ) -> Vec<Arc<str>> {
         let eds = self.types.entry(ResourceType::Endpoint);
         eds.note_warming(&built.warming);
-        self.cds_cleanup |= built.retained > 0;
         if !ads {
             return Vec::new();
         }
@@ -209,9 +205,7 @@ impl Protocol for Sotw {
     }
 
     fn end_cycle(&mut self) {
-        if std::mem::take(&mut self.cds_cleanup) {
-            self.types.entry(ResourceType::Cluster).owe_full_response();
-        }
+        self.types.entry(ResourceType::Cluster).release_removals();
     }
 
     fn force_all(&mut self) {
