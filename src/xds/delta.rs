@@ -39,16 +39,9 @@ use crate::snapshot::{Snapshot, TypeResources, View};
 use state::{DeltaBuilt, DeltaState, Request};
 
 /// The delta side of one stream.
+#[derive(Default)]
 pub(crate) struct Delta {
     types: PerType<DeltaState>,
-}
-
-impl Default for Delta {
-    fn default() -> Self {
-        Self {
-            types: PerType::default(),
-        }
-    }
 }
 
 impl Protocol for Delta {

@@ -33,21 +33,13 @@ use request::SotwRequest;
 use state::{SotwBuilt, SotwState};
 
 /// The SotW side of one stream.
+#[derive(Default)]
 pub(crate) struct Sotw {
     types: PerType<SotwState>,
     /// ADS only: the snapshot the last CDS response came from, to keep removed clusters until the
     /// routes moved off them (SOTW-31). Shared with every other holder; costs only what changed
     /// since.
     cds_base: Option<Arc<Snapshot>>,
-}
-
-impl Default for Sotw {
-    fn default() -> Self {
-        Self {
-            types: PerType::default(),
-            cds_base: None,
-        }
-    }
 }
 
 impl Protocol for Sotw {
