@@ -92,6 +92,10 @@ struct RunArgs {
     per_connection: usize,
     #[arg(long, value_enum, default_value = "sotw")]
     mode: Mode,
+    /// Delta clients take their virtual hosts over VHDS (node metadata `TRIBUTARY_VHDS`), as
+    /// `tributary bootstrap --delta --vhds` makes Envoy do.
+    #[arg(long)]
+    vhds: bool,
     /// Changes of each kind to time.
     #[arg(long, default_value_t = 5)]
     changes: usize,
@@ -258,7 +262,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         proxy::run(
             ch,
             i,
-            is_delta(i),
+            (is_delta(i), args.vhds),
             Arc::clone(&probe),
             Arc::clone(&cache),
             (i == 0).then(|| Arc::clone(&recorder)),
@@ -390,7 +394,9 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         connections: conns,
         mode: match args.mode {
             Mode::Sotw => "sotw",
+            Mode::Delta if args.vhds => "delta+vhds",
             Mode::Delta => "delta",
+            Mode::Mix if args.vhds => "mix+vhds",
             Mode::Mix => "mix",
         }
         .into(),

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Measurement, run by hand (not part of CI): the bytes one service add and one delete cost a
-delta ADS client of a running tributary, per type, and what the same change would cost if each
-virtual host came over VHDS. Usage: route_bytes.py TRIBUTARY_BINARY [SERVICES]
+delta ADS client of a running tributary, per type. Usage:
+route_bytes.py TRIBUTARY_BINARY [SERVICES] [--vhds]
+
+With --vhds the client opts into VHDS (node metadata TRIBUTARY_VHDS) and subscribes to virtual
+hosts as Envoy does (a wildcard request after its first route configuration); without it, the
+script also prints what one virtual host would cost as a VHDS resource.
 
 The mesh has the load tool's `medium` shape (`load/src/mesh.rs`: services `svc-NNNNN.load...`, two
 HTTP ports 20000/20001, ten endpoints each, no VIPs), served from a mock file. Results are in
@@ -17,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 import grpc
 from google.protobuf import any_pb2
@@ -30,6 +35,7 @@ TYPES = {
     "eds": PREFIX + "endpoint.v3.ClusterLoadAssignment",
     "lds": PREFIX + "listener.v3.Listener",
     "rds": PREFIX + "route.v3.RouteConfiguration",
+    "vhds": PREFIX + "route.v3.VirtualHost",
 }
 PORTS = (20000, 20001)
 SETTLE = 6.0  # seconds to collect the responses of one change
@@ -54,6 +60,20 @@ def service(i):
     }
 
 
+def wait_ready(admin):
+    """Until tributary's /ready answers 200 (the mesh is loaded), at most a minute."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{admin}/ready", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("tributary did not become ready within a minute")
+
+
 def write_mesh(path, n):
     with open(path + ".tmp", "w") as f:
         json.dump({"services": [service(i) for i in range(n)]}, f)  # JSON is YAML
@@ -63,10 +83,13 @@ def write_mesh(path, n):
 class Client:
     """One delta ADS client: CDS, LDS wildcard, EDS of every cluster, RDS of both ports."""
 
-    def __init__(self, addr):
+    def __init__(self, addr, vhds):
         self.reqs = queue.Queue()
         self.resps = queue.Queue()
         self.node = base_pb2.Node(id="route-bytes", cluster="measure")
+        if vhds:
+            self.node.metadata.fields["TRIBUTARY_VHDS"].bool_value = True
+        self.vhds = vhds
         channel = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length",
                                                         256 << 20)])
         stream = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).DeltaAggregatedResources(
@@ -100,6 +123,11 @@ class Client:
                                                               response_nonce=r.nonce))
             t = next(k for k, v in TYPES.items() if v == r.type_url)
             got[t] = got.get(t, 0) + r.ByteSize()
+            if t == "rds" and self.vhds:
+                # Envoy subscribes to virtual hosts once, with a wildcard, after its first
+                # route configuration.
+                self.vhds = False
+                self.ask("vhds")
             if t == "rds":
                 for res in r.resources:
                     rc = route_pb2.RouteConfiguration()
@@ -120,27 +148,29 @@ def vhds_entry(rc, vh):
 
 
 def main():
-    if len(sys.argv) < 2:
+    if len([a for a in sys.argv[1:] if a != "--vhds"]) < 1:
         raise SystemExit(__doc__)
-    binary, n = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+    args = [a for a in sys.argv[1:] if a != "--vhds"]
+    vhds = "--vhds" in sys.argv
+    binary, n = args[0], int(args[1]) if len(args) > 1 else 1000
     workdir = tempfile.mkdtemp(prefix="route-bytes-")
     mesh = os.path.join(workdir, "mesh.yaml")
     write_mesh(mesh, n)
-    xds = f"127.0.0.1:{free_port()}"
+    xds, admin = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     proc = subprocess.Popen([binary, "--mock-file", mesh, "--xds-addr", xds, "--admin-addr",
-                             f"127.0.0.1:{free_port()}"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                             admin], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(3)
-        client = Client(xds)
+        wait_ready(admin)
+        client = Client(xds, vhds)
         initial, rcs = client.collect()
         print(f"{n} services, initial config per client by type: {initial}")
         for rc in rcs:
             print(f"route configuration {rc.name}: {rc.ByteSize()} B, "
                   f"{len(rc.virtual_hosts)} virtual hosts")
         entries = [vhds_entry(rc, vh).ByteSize() for rc in rcs for vh in rc.virtual_hosts]
-        per_vh = sum(entries) / len(entries)
-        print(f"one virtual host as a VHDS resource: {per_vh:.0f} B")
+        if entries:
+            per_vh = sum(entries) / len(entries)
+            print(f"one virtual host as a VHDS resource: {per_vh:.0f} B")
         for what, count in (("add", n + 1), ("delete", n)):
             write_mesh(mesh, count)
             got, _ = client.collect()
