@@ -30,6 +30,7 @@ fn mesh(list: &[(&str, u16, SocketAddr)]) -> String {
 
 /// The route configuration Envoy holds for `port`, from its config dump.
 async fn route_config(envoy: &Envoy, port: u16) -> serde_json::Value {
+    let name = port.to_string();
     let dump = envoy.config_dump().await;
     let configs = dump["configs"].as_array().cloned().unwrap_or_default();
     configs
@@ -41,7 +42,7 @@ async fn route_config(envoy: &Envoy, port: u16) -> serde_json::Value {
                 .unwrap_or_default()
         })
         .map(|d| d["route_config"].clone())
-        .find(|rc| rc["name"] == port.to_string())
+        .find(|rc| rc["name"].as_str() == Some(name.as_str()))
         .unwrap_or(serde_json::Value::Null)
 }
 
