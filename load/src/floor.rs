@@ -1,91 +1,70 @@
 //! The floor: a server that does nothing but fan out prebuilt, pre-framed responses as shared
 //! `Bytes` (the pre-framed `raw` shape of `docs/floor.md`), and the sink clients that read it.
 //!
-//! Every stream gets one "storm" response of the size of a proxy's full config when it opens, and
-//! one "push" response of the size of the measured change on each trigger. No generation, no
-//! per-stream state beyond the body: no control plane can serve the same bytes faster here, so
-//! tributary's figures are reported as ratios to these, measured in the same run.
+//! Every stream gets one "storm" response of the size of a proxy's full config when it opens, and on
+//! each trigger the next change of the run replayed (`replay.rs`): responses of the same types,
+//! count and sizes tributary sent each client for that change. No generation, no per-stream state
+//! beyond the body: no control plane can serve the same bytes faster here, so tributary's figures
+//! are reported as ratios to these, measured in the same run.
 //!
 //! The floor is fair to the requests too (`docs/floor.md`): a SotW sink acknowledges each response
 //! with the same `resource_names` list tributary's SotW proxies repeat in every EDS ACK, and the
 //! server reads every request frame to its end without decoding it, so what tributary spends on
-//! top of reading those bytes is what the ratio shows.
+//! top of reading those bytes is what the ratio shows. After the storm, a sink answers each replayed
+//! response with the very requests tributary's traced proxy sent after it.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryResponse, DiscoveryResponse, Resource,
-};
-use envoy_types::pb::google::protobuf::Any;
+use bytes::Bytes;
 use futures::StreamExt;
 use http::uri::PathAndQuery;
 use http_body::Frame;
-use prost::Message;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 use tonic::server::NamedService;
 use tonic::transport::Channel;
 
 use crate::probe::Probe;
+use crate::replay::{self, Push, Sent};
 use crate::wire::{self, EDS, RawCodec};
 
-/// Pushes a slow stream may lag behind before it misses one; the floor run sends a handful.
+mod measure;
+
+pub(crate) use measure::{FloorSetup, measure};
+
+/// Pushes a slow stream may lag behind before it misses one; the run waits for each push to reach
+/// every client before the next, so one would do.
 const PUSH_BACKLOG: usize = 64;
 const TRIGGER_PATH: &str = "/load.Floor/Push";
+/// The storm response's nonce.
+const STORM_NONCE: &str = "storm";
 
-/// A gRPC-framed message: 5-byte prefix then the message.
-fn framed(msg: &[u8]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(msg.len() + 5);
-    buf.put_u8(0);
-    buf.put_u32(msg.len() as u32);
-    buf.put_slice(msg);
-    buf.freeze()
-}
-
-/// A response of about `size` bytes with nonce `nonce`.
-fn response(delta: bool, size: usize, nonce: &str) -> Bytes {
-    let any = Any {
-        type_url: EDS.into(),
-        value: vec![0; size.saturating_sub(200)],
-    };
-    let msg = if delta {
-        DeltaDiscoveryResponse {
-            resources: vec![Resource {
-                name: "floor".into(),
-                version: "1".into(),
-                resource: Some(any),
-                ..Default::default()
-            }],
-            type_url: EDS.into(),
-            nonce: nonce.into(),
-            ..Default::default()
-        }
-        .encode_to_vec()
-    } else {
-        DiscoveryResponse {
-            version_info: "1".into(),
-            resources: vec![any],
-            type_url: EDS.into(),
-            nonce: nonce.into(),
-            ..Default::default()
-        }
-        .encode_to_vec()
-    };
-    framed(&msg)
+/// Every replayed change as the pre-framed responses each stream receives, built once and shared.
+pub(crate) fn batches(delta: bool, pushes: &[Push]) -> Vec<Arc<[Bytes]>> {
+    pushes
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            p.responses
+                .iter()
+                .enumerate()
+                .map(|(j, s)| replay::response(delta, *s, &Push::nonce(k, j)))
+                .collect()
+        })
+        .collect()
 }
 
 struct Shared {
-    delta: bool,
     storm: Bytes,
-    push_bytes: usize,
-    pushes: broadcast::Sender<Bytes>,
-    epoch: AtomicU64,
+    batches: Vec<Arc<[Bytes]>>,
+    pushes: broadcast::Sender<Arc<[Bytes]>>,
+    /// The next change to send.
+    next: AtomicUsize,
 }
 
 #[derive(Clone)]
@@ -132,8 +111,9 @@ impl tower::Service<Req> for FloorService {
             while let Some(Ok(_)) = body.frame().await {}
         });
         let first = futures::stream::once(futures::future::ready(self.0.storm.clone()));
-        let pushes =
-            BroadcastStream::new(self.0.pushes.subscribe()).filter_map(|r| async move { r.ok() });
+        let pushes = BroadcastStream::new(self.0.pushes.subscribe())
+            .filter_map(|r| async move { r.ok() })
+            .flat_map(|batch| futures::stream::iter(batch.to_vec()));
         let frames = first
             .chain(pushes)
             .map(|b| Ok::<_, tonic::Status>(Frame::data(b)));
@@ -152,13 +132,14 @@ impl tower::Service<Req> for TriggerService {
     }
 
     fn call(&mut self, _req: Req) -> Self::Future {
-        let epoch = self.0.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-        let push = response(self.0.delta, self.0.push_bytes, &format!("push-{epoch}"));
-        let _ = self.0.pushes.send(push);
+        let k = self.0.next.fetch_add(1, Ordering::SeqCst);
+        if let Some(batch) = self.0.batches.get(k) {
+            let _ = self.0.pushes.send(Arc::clone(batch));
+        }
         let mut ok = http::HeaderMap::new();
         ok.insert("grpc-status", http::HeaderValue::from_static("0"));
         let frames = futures::stream::iter([
-            Ok::<_, tonic::Status>(Frame::data(framed(&[]))),
+            Ok::<_, tonic::Status>(Frame::data(replay::framed(&[]))),
             Ok(Frame::trailers(ok)),
         ]);
         let body = tonic::body::Body::new(http_body_util::StreamBody::new(frames));
@@ -166,20 +147,24 @@ impl tower::Service<Req> for TriggerService {
     }
 }
 
-/// Serves the floor on `addr` until the process is killed; prints the bound address first.
+/// Serves the floor on `addr` until the process is killed; prints the bound address first. Each
+/// trigger sends the next of `pushes` (the changes of the run, in order) to every stream.
 pub(crate) async fn serve(
     addr: SocketAddr,
     delta: bool,
     storm_bytes: usize,
-    push_bytes: usize,
+    pushes: &[Push],
 ) -> anyhow::Result<()> {
-    let (pushes, _) = broadcast::channel(PUSH_BACKLOG);
+    let (tx, _) = broadcast::channel(PUSH_BACKLOG);
+    let storm = Sent {
+        type_index: 1,
+        bytes: storm_bytes,
+    };
     let shared = Arc::new(Shared {
-        delta,
-        storm: response(delta, storm_bytes, "storm"),
-        push_bytes,
-        pushes,
-        epoch: AtomicU64::new(0),
+        storm: replay::response(delta, storm, STORM_NONCE),
+        batches: batches(delta, pushes),
+        pushes: tx,
+        next: AtomicUsize::new(0),
     });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening {}", listener.local_addr()?);
@@ -192,7 +177,7 @@ pub(crate) async fn serve(
     Ok(())
 }
 
-/// Asks the floor server at `channel` to push once.
+/// Asks the floor server at `channel` to send the next change.
 pub(crate) async fn trigger(channel: Channel) -> anyhow::Result<()> {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
@@ -206,17 +191,19 @@ pub(crate) async fn trigger(channel: Channel) -> anyhow::Result<()> {
 }
 
 /// A client of the floor: reads every response and acknowledges it like a proxy would; reports the
-/// storm response as "synced" and each push as seen. A SotW sink's ACKs carry `ack_names` (the
-/// encoded `resource_names` a SotW proxy repeats in its EDS ACKs); delta ACKs name nothing, as a
-/// delta proxy's do.
+/// storm response as "synced" and the response carrying each change as seen. A SotW sink's storm
+/// ACK carries `ack_names` (the encoded `resource_names` a SotW proxy repeats in its EDS ACKs);
+/// delta ACKs name nothing, as a delta proxy's do. Replayed responses are answered with the
+/// requests tributary's traced proxy sent after each (`pushes[k].replies[j]`).
 pub(crate) async fn sink(
     channel: Channel,
     id: usize,
     delta: bool,
     ack_names: Bytes,
+    pushes: Arc<[Push]>,
     probe: Arc<Probe>,
 ) {
-    if let Err(e) = sink_inner(channel, id, delta, &ack_names, &probe).await {
+    if let Err(e) = sink_inner(channel, id, delta, &ack_names, &pushes, &probe).await {
         probe.fail(format!("floor client {id}: {e}"));
     }
 }
@@ -226,6 +213,7 @@ async fn sink_inner(
     id: usize,
     delta: bool,
     ack_names: &Bytes,
+    pushes: &[Push],
     probe: &Probe,
 ) -> anyhow::Result<()> {
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(usize::MAX);
@@ -254,17 +242,32 @@ async fn sink_inner(
         .into_inner();
     let mut epoch_seen = 0;
     while let Some(r) = stream.message().await? {
-        let ack = if delta {
-            wire::delta_request(EDS, &r.nonce, &empty, &empty, None)
-        } else {
-            wire::sotw_request(EDS, &r.version, &r.nonce, ack_names, None)
-        };
-        tx.send(ack).await?;
-        if r.nonce == "storm" {
+        if r.nonce == STORM_NONCE {
+            let ack = if delta {
+                wire::delta_request(EDS, &r.nonce, &empty, &empty, None)
+            } else {
+                wire::sotw_request(EDS, &r.version, &r.nonce, ack_names, None)
+            };
+            tx.send(ack).await?;
             probe.synced(r.len);
-        } else if let Some((epoch, _)) = probe.marker()
+            continue;
+        }
+        let (k, j) = Push::parse_nonce(&r.nonce)
+            .ok_or_else(|| anyhow::anyhow!("unexpected nonce {:?}", r.nonce))?;
+        let push = pushes
+            .get(k)
+            .ok_or_else(|| anyhow::anyhow!("no change {k} in the replay"))?;
+        for req in push.replies.get(j).into_iter().flatten() {
+            tx.send(req.clone()).await?;
+        }
+        if let Some(s) = push.responses.get(j) {
+            probe.response(s.type_index);
+        }
+        // epoch k + 1 is change k (see `measure`)
+        if j == push.marker
+            && let Some((epoch, _)) = probe.marker()
+            && epoch == k as u64 + 1
             && epoch > epoch_seen
-            && r.nonce.starts_with("push-")
         {
             epoch_seen = epoch;
             probe.saw(r.len);

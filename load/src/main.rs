@@ -6,16 +6,20 @@
 //! cold-start storm); then make endpoint changes, service additions and deletions and time each
 //! until the last proxy has received and acknowledged it. With `--peers`, each peer control plane
 //! (`peer.rs`) is then given the same resources and changes and measured with the same clients.
-//! Then the same N clients against the floor server (`floor.rs`) with the same bytes. Prints one
-//! table (tributary, the floor and each peer per measure) and, with `--json`, one JSON line.
+//! Then the same N clients against the floor server (`floor.rs`) with the same bytes: the storm,
+//! and each change replayed as tributary sent it (`replay.rs`). Prints one table (tributary, the
+//! floor and each peer per measure) and, with `--json`, one JSON line with the goals (`goals.rs`),
+//! which `tributary-load check` verifies.
 
 mod floor;
+mod goals;
 mod mesh;
 mod peer;
 mod probe;
 mod process;
 mod proxy;
 mod recorder;
+mod replay;
 mod report;
 mod wire;
 
@@ -63,8 +67,14 @@ enum Command {
         delta: bool,
         #[arg(long)]
         storm_bytes: usize,
+        /// The changes to replay, in order (written by `run`).
         #[arg(long)]
-        push_bytes: usize,
+        replay: PathBuf,
+    },
+    /// Check one run's JSON line (`run --json`) against the goals; exit 1 if any is missed.
+    Check {
+        /// The file holding the JSON line (`-` for standard input).
+        json: PathBuf,
     },
 }
 
@@ -118,16 +128,25 @@ struct RunArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let rt = tokio::runtime::Runtime::new()?;
-    match cli.command {
+    match Cli::parse().command {
+        Command::Check { json } => {
+            if !goals::check_file(&json)? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Floor {
             addr,
             delta,
             storm_bytes,
-            push_bytes,
-        } => rt.block_on(floor::serve(addr, delta, storm_bytes, push_bytes)),
+            replay,
+        } => {
+            let pushes = replay::read(&replay)?;
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(floor::serve(addr, delta, storm_bytes, &pushes))
+        }
         Command::Run(args) => {
+            let rt = tokio::runtime::Runtime::new()?;
             let report = rt.block_on(run(args.clone()))?;
             report.print_table();
             if args.json {
@@ -273,14 +292,16 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let initial = recorder.snapshot();
     let mut steps = Vec::new();
 
-    // Changes.
+    // Changes, each traced by the first proxy for the floor to replay.
     let mut epoch = 0;
     let mut results = Vec::new();
+    let mut pushes = Vec::new();
     for kind in ["endpoint", "new service", "delete service"] {
         let mut samples = Vec::new();
         let mut cpu = 0.0;
         let mut responses = [0u64; 4];
         let mut push_bytes = 0;
+        let mut bytes_per_client = 0;
         for k in 0..args.changes {
             epoch += 1;
             let extra = spec.services + k;
@@ -298,6 +319,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 },
             };
             let cpu0 = server.cpu();
+            recorder.start_trace();
             let t = probe.arm(epoch, marker.clone());
             match kind {
                 "endpoint" => {
@@ -313,6 +335,9 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
             // let stragglers (other types of the same push) arrive before the next change
             tokio::time::sleep(Duration::from_millis(300)).await;
             cpu += server.cpu() - cpu0;
+            let push = replay::Push::from_trace(kind, recorder.take_trace())?;
+            bytes_per_client += push.response_bytes();
+            pushes.push(push);
             steps.push(peer::Step {
                 kind,
                 marker,
@@ -332,6 +357,8 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
             server_cpu_s: cpu / args.changes.max(1) as f64,
             responses,
             push_bytes,
+            bytes_per_client: bytes_per_client / args.changes.max(1),
+            ..Default::default()
         });
     }
     let failed = probe.failed.load(std::sync::atomic::Ordering::SeqCst);
@@ -354,34 +381,30 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         peers.push(peer::measure(name, bin, &plan).await);
     }
 
-    // The floor, same clients, same bytes.
-    let push_bytes = results.first().map_or(1024, |r| r.push_bytes.max(64));
-    let floor_server = Server::floor(args.mode == Mode::Delta, config_bytes.max(64), push_bytes)?;
-    let rss_floor_idle = floor_server.rss();
-    let fprobe = Probe::new();
-    let fchans = channels(floor_server.xds, conns).await?;
-    let mut ftasks = JoinSet::new();
-    // SotW sinks acknowledge with the EDS names tributary's SotW proxies repeat in every EDS ACK.
+    // The floor, same clients, same bytes: the storm, then every change as tributary sent it.
+    // SotW sinks acknowledge the storm with the EDS names tributary's SotW proxies repeat in every
+    // EDS ACK.
     let ack_names = wire::encode_names(3, &initial[1].keys().cloned().collect::<Vec<_>>());
-    let t0 = Instant::now();
-    spawn_clients(&mut ftasks, &fchans, n, per, |ch, i| {
-        floor::sink(ch, i, is_delta(i), ack_names.clone(), Arc::clone(&fprobe))
-    });
-    let last = wait_for("floor storm", n, &fprobe, Probe::synced_count).await?;
-    let storm_floor = last.saturating_duration_since(t0);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let floor_rss_per_client =
-        (floor_server.rss().saturating_sub(rss_floor_idle)) as f64 / n as f64;
-    let trigger = channels(floor_server.xds, 1).await?.remove(0);
-    let mut fsamples = Vec::new();
-    for k in 0..args.changes {
-        let t = fprobe.arm(k as u64 + 1, Marker::FloorPush);
-        floor::trigger(trigger.clone()).await?;
-        let last = wait_for("floor push", n, &fprobe, Probe::seen).await?;
-        fsamples.push(last.saturating_duration_since(t));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let floor = floor::measure(
+        &floor::FloorSetup {
+            delta: args.mode == Mode::Delta,
+            clients: n,
+            per_connection: per,
+            connections: conns,
+            is_delta: &is_delta,
+            storm_bytes: config_bytes,
+            ack_names: ack_names.clone(),
+            dir: &dir,
+        },
+        pushes,
+    )
+    .await?;
+    for c in &mut results {
+        if let Some(f) = floor.changes.iter().find(|f| f.kind == c.change) {
+            c.floor = Some(f.convergence);
+            c.floor_responses = f.responses;
+        }
     }
-    ftasks.abort_all();
     let _ = std::fs::remove_dir_all(&dir);
 
     Ok(Report {
@@ -396,13 +419,12 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         .into(),
         debounce: args.debounce.clone(),
         storm_s: storm.as_secs_f64(),
-        storm_floor_s: storm_floor.as_secs_f64(),
+        storm_floor_s: floor.storm_s,
         config_bytes_per_client: config_bytes,
         rss_idle_bytes: rss_idle,
         rss_per_client_bytes: rss_per_client,
-        floor_rss_per_client_bytes: floor_rss_per_client,
+        floor_rss_per_client_bytes: floor.rss_per_client_bytes,
         changes: results,
-        floor_push: Stats::of(&fsamples),
         floor_ack_bytes: if args.mode == Mode::Delta {
             0
         } else {
