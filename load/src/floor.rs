@@ -45,7 +45,7 @@ const TRIGGER_PATH: &str = "/load.Floor/Push";
 const STORM_NONCE: &str = "storm";
 
 /// Every replayed change as the pre-framed responses each stream receives, built once and shared.
-pub(crate) fn batches(delta: bool, pushes: &[Push]) -> Vec<Arc<[Bytes]>> {
+fn batches(delta: bool, pushes: &[Push]) -> Vec<Arc<[Bytes]>> {
     pushes
         .iter()
         .enumerate()
@@ -155,6 +155,18 @@ pub(crate) async fn serve(
     storm_bytes: usize,
     pushes: &[Push],
 ) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("listening {}", listener.local_addr()?);
+    serve_on(listener, delta, storm_bytes, pushes).await
+}
+
+/// [`serve`] on a bound listener, printing nothing.
+pub(crate) async fn serve_on(
+    listener: tokio::net::TcpListener,
+    delta: bool,
+    storm_bytes: usize,
+    pushes: &[Push],
+) -> anyhow::Result<()> {
     let (tx, _) = broadcast::channel(PUSH_BACKLOG);
     let storm = Sent {
         type_index: 1,
@@ -166,8 +178,6 @@ pub(crate) async fn serve(
         pushes: tx,
         next: AtomicUsize::new(0),
     });
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    println!("listening {}", listener.local_addr()?);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(FloorService(Arc::clone(&shared)))
@@ -275,3 +285,6 @@ async fn sink_inner(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

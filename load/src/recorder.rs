@@ -180,6 +180,34 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_keeps_the_stream_only_while_a_change_is_measured() {
+        let rec = Recorder::default();
+        rec.record(&sotw(CDS, vec![cluster("a")]), false);
+        rec.start_trace();
+        let cds = sotw(CDS, vec![cluster("a"), cluster("b")]);
+        rec.record(&cds, false);
+        rec.request(&Bytes::from_static(b"ack"));
+        rec.hit();
+        let trace = rec.take_trace();
+        assert_eq!(
+            trace,
+            [
+                Event::Response {
+                    type_index: 0,
+                    bytes: cds.len
+                },
+                Event::Request(Bytes::from_static(b"ack")),
+                Event::Hit,
+            ]
+        );
+        rec.request(&Bytes::from_static(b"later"));
+        assert!(
+            rec.take_trace().is_empty(),
+            "nothing is kept between changes"
+        );
+    }
+
+    #[test]
     fn delta_responses_add_and_remove_by_name() {
         let rec = Recorder::default();
         let delta = |resources: Vec<&str>, removed: Vec<&str>| {
