@@ -19,7 +19,7 @@ use crate::{channels, spawn_clients, wait_for};
 
 /// Time for the clients to settle after the storm before RSS is read, as in tributary's half.
 const SETTLE_STORM: Duration = Duration::from_millis(500);
-/// Time between two replayed changes (stragglers of the previous one).
+/// Time between two replayed changes, once every response of the previous one arrived.
 const SETTLE_PUSH: Duration = Duration::from_millis(100);
 
 /// What the floor's half is run with.
@@ -86,6 +86,10 @@ pub(crate) async fn measure(setup: &FloorSetup<'_>, pushes: Vec<Push>) -> anyhow
         let t = probe.arm(k as u64 + 1, Marker::FloorPush);
         trigger(control.clone()).await?;
         let last = wait_for(&format!("floor {}", push.kind), n, &probe, Probe::seen).await?;
+        // the responses that follow the one timed reach every client before the next change
+        let all = n * push.responses.len();
+        let delivered = |p: &Probe| (p.responses().iter().sum::<u64>() as usize, Instant::now());
+        wait_for("floor: the rest of the change", all, &probe, delivered).await?;
         tokio::time::sleep(SETTLE_PUSH).await;
         if changes.last().is_none_or(|(c, _)| c.kind != push.kind) {
             changes.push((
