@@ -81,13 +81,13 @@ fn responses_have_exactly_the_recorded_size_and_type() {
         .chain([345_123, 2_097_100, 2_097_152, 2_097_200]);
     for delta in [false, true] {
         for bytes in sizes.clone() {
-            for type_index in 0..4 {
+            for (type_index, type_url) in TYPES.iter().enumerate() {
                 let sent = Sent { type_index, bytes };
                 let framed = response(delta, sent, &Push::nonce(12, 3));
                 assert_eq!(framed.len(), bytes + 5, "delta {delta}, {bytes} B");
                 assert_eq!(&framed[1..5], &(bytes as u32).to_be_bytes());
                 let r = Response::parse(framed.slice(5..), delta).unwrap();
-                assert_eq!(r.type_url, TYPES[type_index]);
+                assert_eq!(r.type_url, *type_url);
                 assert_eq!(Push::parse_nonce(&r.nonce), Some((12, 3)));
             }
         }
