@@ -71,7 +71,8 @@ enum Command {
         #[arg(long)]
         replay: PathBuf,
     },
-    /// Check one run's JSON line (`run --json`) against the goals; exit 1 if any is missed.
+    /// Check one run's JSON line (`run --json`) against the goals; exit 1 if any is missed, 2 if
+    /// the file holds no run report.
     Check {
         /// The file holding the JSON line (`-` for standard input).
         json: PathBuf,
@@ -129,12 +130,14 @@ struct RunArgs {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Check { json } => {
-            if !goals::check_file(&json)? {
-                std::process::exit(1);
+        Command::Check { json } => match goals::check_file(&json) {
+            Ok(true) => Ok(()),
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("tributary-load check: {e}");
+                std::process::exit(2)
             }
-            Ok(())
-        }
+        },
         Command::Floor {
             addr,
             delta,
