@@ -112,6 +112,12 @@ struct RunArgs {
         default_value = "{debounce_after: 100ms, debounce_max: 10s, endpoint_debounce_after: 0s}"
     )]
     debounce: String,
+    /// tributary's `connections` settings, as YAML flow. Every simulated proxy connects from
+    /// 127.0.0.1, so the per-peer connection limit is off. A storm of many large configs over
+    /// shared connections may need a longer `keepalive_timeout`: a keepalive ping waits behind the
+    /// data already queued on its connection (`docs/floor.md`, "Large meshes").
+    #[arg(long, default_value = "{max_connections_per_peer: 0}")]
+    connections: String,
     /// The tributary binary (default: next to this one).
     #[arg(long)]
     tributary: Option<PathBuf>,
@@ -251,7 +257,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     std::fs::create_dir_all(&dir)?;
     let bin = process::tributary_bin(args.tributary.as_deref())?;
     let peer_bins = peer::build(&args.peers)?;
-    let server = Server::tributary(&bin, &dir, &args.debounce)?;
+    let server = Server::tributary(&bin, &dir, &args.debounce, &args.connections)?;
     let control_addr =
         anyhow::Context::context(server.control, "tributary serves the control API")?;
     let control = Control::connect(control_addr).await?;
