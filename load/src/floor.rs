@@ -1,17 +1,16 @@
 //! The floor: a server that does nothing but fan out prebuilt, pre-framed responses as shared
 //! `Bytes` (the pre-framed `raw` shape of `docs/floor.md`), and the sink clients that read it.
 //!
-//! Every stream gets one "storm" response of the size of a proxy's full config when it opens, and on
-//! each trigger the next change of the run replayed (`replay.rs`): responses of the same types,
-//! count and sizes tributary sent each client for that change. No generation, no per-stream state
+//! Every stream gets, when it opens, the storm replayed, and on each trigger the next change of the
+//! run replayed (`replay.rs`): responses of the same types, count and sizes tributary sent each
+//! client for the storm or that change. No generation, no per-stream state
 //! beyond the body: no control plane can serve the same bytes faster here, so tributary's figures
 //! are reported as ratios to these, measured in the same run.
 //!
-//! The floor is fair to the requests too (`docs/floor.md`): a SotW sink acknowledges each response
-//! with the same `resource_names` list tributary's SotW proxies repeat in every EDS ACK, and the
-//! server reads every request frame to its end without decoding it, so what tributary spends on
-//! top of reading those bytes is what the ratio shows. After the storm, a sink answers each replayed
-//! response with the very requests tributary's traced proxy sent after it.
+//! The floor is fair to the requests too (`docs/floor.md`): a sink answers each replayed response
+//! with the very requests tributary's traced proxy sent after it (a SotW proxy's EDS ACKs repeat
+//! every cluster name), and the server reads every request frame to its end without decoding it,
+//! so what tributary spends on top of reading those bytes is what the ratio shows.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -30,7 +29,7 @@ use tonic::server::NamedService;
 use tonic::transport::Channel;
 
 use crate::probe::Probe;
-use crate::replay::{self, Push, Sent};
+use crate::replay::{self, Push};
 use crate::wire::{self, EDS, RawCodec};
 
 mod measure;
@@ -41,10 +40,9 @@ pub(crate) use measure::{FloorSetup, measure};
 /// every client before the next, so one would do.
 const PUSH_BACKLOG: usize = 64;
 const TRIGGER_PATH: &str = "/load.Floor/Push";
-/// The storm response's nonce.
-const STORM_NONCE: &str = "storm";
 
-/// Every replayed change as the pre-framed responses each stream receives, built once and shared.
+/// The storm and every replayed change as the pre-framed responses each stream receives, built
+/// once and shared.
 fn batches(delta: bool, pushes: &[Push]) -> Vec<Arc<[Bytes]>> {
     pushes
         .iter()
@@ -60,7 +58,7 @@ fn batches(delta: bool, pushes: &[Push]) -> Vec<Arc<[Bytes]>> {
 }
 
 struct Shared {
-    storm: Bytes,
+    /// `batches[0]`: the storm, sent when a stream opens; then the changes, one per trigger.
     batches: Vec<Arc<[Bytes]>>,
     pushes: broadcast::Sender<Arc<[Bytes]>>,
     /// The next change to send.
@@ -110,7 +108,13 @@ impl tower::Service<Req> for FloorService {
             use http_body_util::BodyExt;
             while let Some(Ok(_)) = body.frame().await {}
         });
-        let first = futures::stream::once(futures::future::ready(self.0.storm.clone()));
+        let storm = self
+            .0
+            .batches
+            .first()
+            .map(|b| b.to_vec())
+            .unwrap_or_default();
+        let first = futures::stream::iter(storm);
         let pushes = BroadcastStream::new(self.0.pushes.subscribe())
             .filter_map(|r| async move { r.ok() })
             .flat_map(|batch| futures::stream::iter(batch.to_vec()));
@@ -149,34 +153,23 @@ impl tower::Service<Req> for TriggerService {
 
 /// Serves the floor on `addr` until the process is killed; prints the bound address first. Each
 /// trigger sends the next of `pushes` (the changes of the run, in order) to every stream.
-pub(crate) async fn serve(
-    addr: SocketAddr,
-    delta: bool,
-    storm_bytes: usize,
-    pushes: &[Push],
-) -> anyhow::Result<()> {
+pub(crate) async fn serve(addr: SocketAddr, delta: bool, pushes: &[Push]) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening {}", listener.local_addr()?);
-    serve_on(listener, delta, storm_bytes, pushes).await
+    serve_on(listener, delta, pushes).await
 }
 
 /// [`serve`] on a bound listener, printing nothing.
 pub(crate) async fn serve_on(
     listener: tokio::net::TcpListener,
     delta: bool,
-    storm_bytes: usize,
     pushes: &[Push],
 ) -> anyhow::Result<()> {
     let (tx, _) = broadcast::channel(PUSH_BACKLOG);
-    let storm = Sent {
-        type_index: 1,
-        bytes: storm_bytes,
-    };
     let shared = Arc::new(Shared {
-        storm: replay::response(delta, storm, STORM_NONCE),
         batches: batches(delta, pushes),
         pushes: tx,
-        next: AtomicUsize::new(0),
+        next: AtomicUsize::new(1),
     });
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
@@ -200,20 +193,17 @@ pub(crate) async fn trigger(channel: Channel) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A client of the floor: reads every response and acknowledges it like a proxy would; reports the
-/// storm response as "synced" and the response carrying each change as seen. A SotW sink's storm
-/// ACK carries `ack_names` (the encoded `resource_names` a SotW proxy repeats in its EDS ACKs);
-/// delta ACKs name nothing, as a delta proxy's do. Replayed responses are answered with the
-/// requests tributary's traced proxy sent after each (`pushes[k].replies[j]`).
+/// A client of the floor: answers every replayed response with the requests tributary's traced
+/// proxy sent after it (`pushes[k].replies[j]`); reports the storm (`pushes[0]`) as "synced" once
+/// its last response arrived, and the response carrying each change as seen.
 pub(crate) async fn sink(
     channel: Channel,
     id: usize,
     delta: bool,
-    ack_names: Bytes,
     pushes: Arc<[Push]>,
     probe: Arc<Probe>,
 ) {
-    if let Err(e) = sink_inner(channel, id, delta, &ack_names, &pushes, &probe).await {
+    if let Err(e) = sink_inner(channel, id, delta, &pushes, &probe).await {
         probe.fail(format!("floor client {id}: {e}"));
     }
 }
@@ -222,7 +212,6 @@ async fn sink_inner(
     channel: Channel,
     id: usize,
     delta: bool,
-    ack_names: &Bytes,
     pushes: &[Push],
     probe: &Probe,
 ) -> anyhow::Result<()> {
@@ -252,16 +241,6 @@ async fn sink_inner(
         .into_inner();
     let mut epoch_seen = 0;
     while let Some(r) = stream.message().await? {
-        if r.nonce == STORM_NONCE {
-            let ack = if delta {
-                wire::delta_request(EDS, &r.nonce, &empty, &empty, None)
-            } else {
-                wire::sotw_request(EDS, &r.version, &r.nonce, ack_names, None)
-            };
-            tx.send(ack).await?;
-            probe.synced(r.len);
-            continue;
-        }
         let (k, j) = Push::parse_nonce(&r.nonce)
             .ok_or_else(|| anyhow::anyhow!("unexpected nonce {:?}", r.nonce))?;
         let push = pushes
@@ -270,13 +249,19 @@ async fn sink_inner(
         for req in push.replies.get(j).into_iter().flatten() {
             tx.send(req.clone()).await?;
         }
+        if k == 0 {
+            if j == push.marker {
+                probe.synced(push.response_bytes());
+            }
+            continue;
+        }
         if let Some(s) = push.responses.get(j) {
             probe.response(s.type_index);
         }
-        // epoch k + 1 is change k (see `measure`)
+        // epoch k is change k (`pushes[0]` is the storm; see `measure`)
         if j == push.marker
             && let Some((epoch, _)) = probe.marker()
-            && epoch == k as u64 + 1
+            && epoch == k as u64
             && epoch > epoch_seen
         {
             epoch_seen = epoch;

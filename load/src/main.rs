@@ -65,9 +65,7 @@ enum Command {
         addr: SocketAddr,
         #[arg(long)]
         delta: bool,
-        #[arg(long)]
-        storm_bytes: usize,
-        /// The changes to replay, in order (written by `run`).
+        /// The storm and the changes to replay, in order (written by `run`).
         #[arg(long)]
         replay: PathBuf,
     },
@@ -147,12 +145,11 @@ fn main() -> anyhow::Result<()> {
         Command::Floor {
             addr,
             delta,
-            storm_bytes,
             replay,
         } => {
             let pushes = replay::read(&replay)?;
             let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(floor::serve(addr, delta, storm_bytes, &pushes))
+            rt.block_on(floor::serve(addr, delta, &pushes))
         }
         Command::Run(args) => {
             let rt = tokio::runtime::Runtime::new()?;
@@ -281,6 +278,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let recorder = Arc::new(Recorder::default());
     let chans = channels(server.xds, conns).await?;
     let mut tasks = JoinSet::new();
+    recorder.start_trace();
     let t0 = Instant::now();
     spawn_clients(&mut tasks, &chans, n, per, |ch, i| {
         proxy::run(
@@ -294,6 +292,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     });
     let last = wait_for("storm: proxies synced", n, &probe, Probe::synced_count).await?;
     let storm = last.saturating_duration_since(t0);
+    let storm_replay = replay::Push::storm(recorder.take_trace())?;
     eprintln!("\r  storm: {n} proxies synced in {storm:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_per_client = (server.rss().saturating_sub(rss_idle)) as f64 / n as f64;
@@ -390,10 +389,9 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         peers.push(peer::measure(name, bin, &plan).await);
     }
 
-    // The floor, same clients, same bytes: the storm, then every change as tributary sent it.
-    // SotW sinks acknowledge the storm with the EDS names tributary's SotW proxies repeat in every
-    // EDS ACK.
-    let ack_names = wire::encode_names(3, &initial[1].keys().cloned().collect::<Vec<_>>());
+    // The floor, same clients, same bytes: the storm, then every change as tributary sent it,
+    // answered with the same requests (a SotW proxy's EDS ACKs repeat every cluster name).
+    let floor_ack_bytes = storm_replay.reply_bytes();
     let floor = floor::measure(
         &floor::FloorSetup {
             delta: args.mode == Mode::Delta,
@@ -401,10 +399,9 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
             per_connection: per,
             connections: conns,
             is_delta: &is_delta,
-            storm_bytes: config_bytes,
-            ack_names: ack_names.clone(),
             dir: &dir,
         },
+        storm_replay,
         pushes,
     )
     .await?;
@@ -434,11 +431,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         rss_per_client_bytes: rss_per_client,
         floor_rss_per_client_bytes: floor.rss_per_client_bytes,
         changes: results,
-        floor_ack_bytes: if args.mode == Mode::Delta {
-            0
-        } else {
-            ack_names.len()
-        },
+        floor_ack_bytes,
         peers,
         load_tool_cpu_s: process::own_cpu(),
         wall_s: started.elapsed().as_secs_f64(),

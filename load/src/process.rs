@@ -139,12 +139,11 @@ impl Server {
         Ok(server)
     }
 
-    /// Starts the floor server (this executable's `floor` subcommand) with the changes to replay in
-    /// the file at `replay` (`replay.rs`).
-    pub(crate) fn floor(delta: bool, storm_bytes: usize, replay: &Path) -> anyhow::Result<Self> {
+    /// Starts the floor server (this executable's `floor` subcommand) with the storm and the
+    /// changes to replay in the file at `replay` (`replay.rs`).
+    pub(crate) fn floor(delta: bool, replay: &Path) -> anyhow::Result<Self> {
         let mut child = Command::new(std::env::current_exe()?)
-            .args(["floor", "--storm-bytes", &storm_bytes.to_string()])
-            .arg("--replay")
+            .args(["floor", "--replay"])
             .arg(replay)
             .args(if delta { &["--delta"][..] } else { &[][..] })
             .stdout(Stdio::piped())

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::recorder::TYPES;
 
+/// The kind of the storm's replay.
+pub(crate) const STORM: &str = "storm";
 /// Version strings tried when sizing a response exactly: a one-byte step where the padding's
 /// length prefix would jump a byte.
 const VERSIONS: [&str; 3] = ["1", "10", "100"];
@@ -46,6 +48,9 @@ pub(crate) enum ReplayError {
     /// The change was acknowledged before any response was traced.
     #[error("the {0} change was acknowledged before any response was traced")]
     HitFirst(String),
+    /// The storm trace holds no response.
+    #[error("the traced proxy received nothing during the storm")]
+    EmptyStorm,
     /// The replay file could not be read.
     #[error("cannot read the floor's replay file {path}: {error}")]
     File { path: String, error: String },
@@ -106,6 +111,24 @@ impl Push {
         }
         push.marker = hit.ok_or_else(|| ReplayError::NoHit(kind.to_owned()))?;
         Ok(push)
+    }
+
+    /// The replay of the storm: every response the traced proxy received until every proxy was
+    /// synced; the last one stands for "synced".
+    pub(crate) fn storm(trace: Trace) -> Result<Self, ReplayError> {
+        let mut push = Self::from_trace(STORM, trace.into_iter().chain([Event::Hit]).collect())
+            .map_err(|_| ReplayError::EmptyStorm)?;
+        push.marker = push
+            .responses
+            .len()
+            .checked_sub(1)
+            .ok_or(ReplayError::EmptyStorm)?;
+        Ok(push)
+    }
+
+    /// Bytes of requests one client sends back.
+    pub(crate) fn reply_bytes(&self) -> usize {
+        self.replies.iter().flatten().map(Bytes::len).sum()
     }
 
     /// Bytes of responses one client receives.

@@ -120,8 +120,8 @@ pub(crate) struct Report {
     pub rss_per_client_bytes: f64,
     pub floor_rss_per_client_bytes: f64,
     pub changes: Vec<ChangeResult>,
-    /// Size of each SotW floor client's ACKs: the EDS `resource_names` list tributary's SotW
-    /// proxies repeat (0 in delta mode).
+    /// Bytes of requests each floor client sent during the storm: the requests tributary's traced
+    /// proxy sent (a SotW proxy's EDS requests repeat every cluster name).
     pub floor_ack_bytes: usize,
     pub peers: Vec<PeerReport>,
     pub load_tool_cpu_s: f64,
@@ -313,7 +313,7 @@ impl Report {
         }
         if self.floor_ack_bytes > 0 {
             println!(
-                "floor: SotW ACKs of {} B (the EDS names tributary's proxies repeat), read undecoded",
+                "floor: each client sent {} B of requests in the storm (tributary's proxy's), read undecoded",
                 self.floor_ack_bytes
             );
         }

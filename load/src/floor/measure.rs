@@ -1,13 +1,12 @@
-//! The floor's half of a run: start the floor server with the storm size and the traced changes,
-//! connect the same clients over the same connections, time the storm, then replay each change in
-//! the order tributary made them and time each until the last client acknowledged the response
-//! that carried it.
+//! The floor's half of a run: start the floor server with the traced storm and changes, connect
+//! the same clients over the same connections, time the storm, then replay each change in the order
+//! tributary made them and time each until the last client acknowledged the response that carried
+//! it.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tokio::task::JoinSet;
 
 use super::{sink, trigger};
@@ -29,10 +28,6 @@ pub(crate) struct FloorSetup<'a> {
     pub per_connection: usize,
     pub connections: usize,
     pub is_delta: &'a (dyn Fn(usize) -> bool + Sync),
-    /// Size of the storm response: the config one tributary client received.
-    pub storm_bytes: usize,
-    /// A SotW sink's storm ACK: the EDS names tributary's SotW proxies repeat.
-    pub ack_names: Bytes,
     /// Where the replay file for the floor server is written.
     pub dir: &'a Path,
 }
@@ -54,12 +49,17 @@ pub(crate) struct FloorRun {
     pub changes: Vec<FloorChange>,
 }
 
-/// Runs the floor's half: the storm, then `pushes` (every change of the run, in order).
-pub(crate) async fn measure(setup: &FloorSetup<'_>, pushes: Vec<Push>) -> anyhow::Result<FloorRun> {
+/// Runs the floor's half: `storm`, then `changes` (every change of the run, in order).
+pub(crate) async fn measure(
+    setup: &FloorSetup<'_>,
+    storm: Push,
+    changes: Vec<Push>,
+) -> anyhow::Result<FloorRun> {
     let n = setup.clients;
     let path = setup.dir.join("floor-replay.json");
+    let pushes: Vec<Push> = std::iter::once(storm).chain(changes).collect();
     replay::write(&path, &pushes)?;
-    let server = Server::floor(setup.delta, setup.storm_bytes.max(64), &path)?;
+    let server = Server::floor(setup.delta, &path)?;
     let rss_idle = server.rss();
     let probe = Probe::new();
     let chans = channels(server.xds, setup.connections).await?;
@@ -71,7 +71,6 @@ pub(crate) async fn measure(setup: &FloorSetup<'_>, pushes: Vec<Push>) -> anyhow
             ch,
             i,
             (setup.is_delta)(i),
-            setup.ack_names.clone(),
             Arc::clone(&pushes),
             Arc::clone(&probe),
         )
@@ -82,8 +81,8 @@ pub(crate) async fn measure(setup: &FloorSetup<'_>, pushes: Vec<Push>) -> anyhow
     let rss_per_client_bytes = server.rss().saturating_sub(rss_idle) as f64 / n as f64;
     let control = channels(server.xds, 1).await?.remove(0);
     let mut changes: Vec<(FloorChange, Vec<Duration>)> = Vec::new();
-    for (k, push) in pushes.iter().enumerate() {
-        let t = probe.arm(k as u64 + 1, Marker::FloorPush);
+    for (k, push) in pushes.iter().enumerate().skip(1) {
+        let t = probe.arm(k as u64, Marker::FloorPush);
         trigger(control.clone()).await?;
         let last = wait_for(&format!("floor {}", push.kind), n, &probe, Probe::seen).await?;
         // the responses that follow the one timed reach every client before the next change

@@ -14,15 +14,30 @@ use crate::wire::{CDS, Response};
 
 /// Bound on each wait of these tests: they stop by themselves.
 const TEST_LIMIT: Duration = Duration::from_secs(30);
-const STORM_BYTES: usize = 200_000;
 const CLIENTS: usize = 4;
 
-/// Two changes as a SotW trace would give them: a new service (full CDS, the new CLA, a route
-/// configuration; the CDS answered with an ACK and a 90 KB EDS request) and a delete.
+/// The storm and two changes as a SotW trace would give them: a new service (full CDS, the new
+/// CLA, a route configuration; the CDS answered with an ACK and a 90 KB EDS request) and a delete.
 fn pushes() -> Vec<Push> {
-    let sent = |type_index, bytes| Sent { type_index, bytes };
+    let sent = |type_index, bytes| crate::replay::Sent { type_index, bytes };
     let req = |n: usize| Bytes::from(vec![0; n]);
     vec![
+        Push {
+            kind: crate::replay::STORM.into(),
+            responses: vec![
+                sent(0, 340_000),
+                sent(2, 900),
+                sent(1, 1_500_000),
+                sent(3, 20_000),
+            ],
+            marker: 3,
+            replies: vec![
+                vec![req(150), req(90_000)],
+                vec![req(60), req(40)],
+                vec![req(90_000)],
+                vec![req(60)],
+            ],
+        },
         Push {
             kind: "new service".into(),
             responses: vec![sent(0, 345_123), sent(1, 301), sent(3, 20_480)],
@@ -45,7 +60,7 @@ fn pushes() -> Vec<Push> {
 async fn start(delta: bool, pushes: Vec<Push>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { serve_on(listener, delta, STORM_BYTES, &pushes).await });
+    tokio::spawn(async move { serve_on(listener, delta, &pushes).await });
     addr
 }
 
@@ -90,20 +105,17 @@ async fn every_client_receives_exactly_the_recorded_responses() {
         let chan = crate::channels(addr, 1).await.unwrap().remove(0);
         let mut clients = Vec::new();
         for _ in 0..CLIENTS {
-            let (mut stream, tx) = open(chan.clone(), delta).await;
-            let storm = next(&mut stream).await;
-            assert_eq!(
-                (storm.nonce.as_str(), storm.len),
-                (STORM_NONCE, STORM_BYTES)
-            );
-            clients.push((stream, tx));
+            clients.push(open(chan.clone(), delta).await);
         }
+        // the storm when a stream opens, then a change per trigger
         for (k, push) in pushes.iter().enumerate() {
-            trigger(chan.clone()).await.unwrap();
+            if k > 0 {
+                trigger(chan.clone()).await.unwrap();
+            }
             for (stream, _) in &mut clients {
                 for (j, sent) in push.responses.iter().enumerate() {
                     let r = next(stream).await;
-                    assert_eq!(r.len, sent.bytes, "delta {delta}, change {k}, response {j}");
+                    assert_eq!(r.len, sent.bytes, "delta {delta}, push {k}, response {j}");
                     assert_eq!(r.type_url, crate::recorder::TYPES[sent.type_index]);
                     assert_eq!(Push::parse_nonce(&r.nonce), Some((k, j)));
                 }
@@ -125,7 +137,6 @@ async fn sinks_time_the_response_that_carried_each_change() {
             chan.clone(),
             i,
             false,
-            Bytes::from_static(b"names"),
             Arc::clone(&shared),
             Arc::clone(&probe),
         ));
@@ -143,9 +154,9 @@ async fn sinks_time_the_response_that_carried_each_change() {
         }
     };
     wait(Probe::synced_count).await;
-    assert_eq!(probe.synced_bytes(), STORM_BYTES);
-    for (k, push) in pushes.iter().enumerate() {
-        probe.arm(k as u64 + 1, Marker::FloorPush);
+    assert_eq!(probe.synced_bytes(), pushes[0].response_bytes());
+    for (k, push) in pushes.iter().enumerate().skip(1) {
+        probe.arm(k as u64, Marker::FloorPush);
         trigger(chan.clone()).await.unwrap();
         wait(Probe::seen).await;
         assert_eq!(probe.marker_bytes(), push.responses[push.marker].bytes);

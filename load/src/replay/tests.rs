@@ -62,6 +62,25 @@ fn a_trace_groups_requests_under_the_response_they_answer() {
 }
 
 #[test]
+fn the_storm_is_synced_at_its_last_response() {
+    let storm = Push::storm(vec![
+        req("cds+lds requests"),
+        got(0, 340_000),
+        req("cds ack"),
+        req("eds names"),
+        got(2, 900),
+        got(1, 1_500_000),
+        req("eds ack"),
+    ])
+    .unwrap();
+    assert_eq!(storm.kind, STORM);
+    assert_eq!(storm.marker, 2);
+    assert_eq!(storm.response_bytes(), 1_840_900);
+    assert_eq!(storm.reply_bytes(), "cds ackeds nameseds ack".len());
+    assert_eq!(Push::storm(vec![req("x")]), Err(ReplayError::EmptyStorm));
+}
+
+#[test]
 fn a_trace_without_its_change_cannot_be_replayed() {
     assert_eq!(
         Push::from_trace("endpoint", vec![got(1, 10)]),
