@@ -3,9 +3,9 @@
 //!
 //! Every stream gets, when it opens, the storm replayed, and on each trigger the next change of the
 //! run replayed (`replay.rs`): responses of the same types, count and sizes tributary sent each
-//! client for the storm or that change. No generation, no per-stream state
-//! beyond the body: no control plane can serve the same bytes faster here, so tributary's figures
-//! are reported as ratios to these, measured in the same run.
+//! client for the storm or that change. No generation, no per-stream state beyond the body: no
+//! control plane can serve the same bytes faster here, so tributary's figures are reported as
+//! ratios to these, measured in the same run.
 //!
 //! The floor is fair to the requests too (`docs/floor.md`): a sink answers each replayed response
 //! with the very requests tributary's traced proxy sent after it (a SotW proxy's EDS ACKs repeat
@@ -151,8 +151,9 @@ impl tower::Service<Req> for TriggerService {
     }
 }
 
-/// Serves the floor on `addr` until the process is killed; prints the bound address first. Each
-/// trigger sends the next of `pushes` (the changes of the run, in order) to every stream.
+/// Serves the floor on `addr` until the process is killed; prints the bound address first. A
+/// stream gets `pushes[0]` (the storm) when it opens; each trigger sends the next of `pushes` (the
+/// changes of the run, in order) to every stream.
 pub(crate) async fn serve(addr: SocketAddr, delta: bool, pushes: &[Push]) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening {}", listener.local_addr()?);
