@@ -40,6 +40,8 @@ use report::{ChangeResult, Report, Stats};
 
 /// How long one phase may take before the run gives up on it.
 const PHASE_LIMIT: Duration = Duration::from_secs(600);
+/// Quiet time after a change before the next: no response reached any proxy for this long.
+const SETTLE: Duration = Duration::from_millis(300);
 /// How often progress is printed while waiting.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// HTTP/2 windows of the simulated proxies: Envoy's defaults (256 MiB per connection, 16 MiB
@@ -225,6 +227,23 @@ async fn wait_until(
     }
 }
 
+/// Waits until no proxy has received a response for [`SETTLE`]: the rest of a change (the
+/// EDS and route configurations that follow the response carrying it) belongs to that change, in
+/// its trace for the floor and in its counts, not to the next one. At most [`PHASE_LIMIT`].
+async fn settle(probe: &Probe) {
+    let deadline = Instant::now() + PHASE_LIMIT;
+    let total = || probe.responses().iter().sum::<u64>();
+    let mut before = total();
+    loop {
+        tokio::time::sleep(SETTLE).await;
+        let now = total();
+        if now == before || Instant::now() >= deadline {
+            return;
+        }
+        before = now;
+    }
+}
+
 /// Spawns `n` clients over `chans`, `per` to a connection.
 fn spawn_clients<F, Fut>(tasks: &mut JoinSet<()>, chans: &[Channel], n: usize, per: usize, f: F)
 where
@@ -341,7 +360,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let last = wait_for(kind, n, &probe, Probe::seen).await?;
             samples.push(last.saturating_duration_since(t));
             // let stragglers (other types of the same push) arrive before the next change
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            settle(&probe).await;
             cpu += server.cpu() - cpu0;
             let push = replay::Push::from_trace(kind, recorder.take_trace())?;
             bytes_per_client += push.response_bytes();
