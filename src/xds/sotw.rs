@@ -38,8 +38,6 @@ pub(crate) struct Sotw {
     /// routes moved off them (SOTW-31). Shared with every other holder; costs only what changed
     /// since.
     cds_base: Option<Arc<Snapshot>>,
-    /// A CDS response kept removed clusters: owe a clean one when the push completes.
-    cds_cleanup: bool,
 }
 
 impl Default for Sotw {
@@ -47,7 +45,6 @@ impl Default for Sotw {
         Self {
             types: ResourceType::ALL.map(SotwState::new),
             cds_base: None,
-            cds_cleanup: false,
         }
     }
 }
@@ -179,7 +176,6 @@ impl Protocol for Sotw {
     ) -> Vec<Arc<str>> {
         let eds = &mut self.types[ResourceType::Endpoint.index()];
         eds.note_warming(&built.warming);
-        self.cds_cleanup |= built.retained > 0;
         if !ads {
             return Vec::new();
         }
@@ -202,9 +198,7 @@ impl Protocol for Sotw {
     }
 
     fn end_cycle(&mut self) {
-        if std::mem::take(&mut self.cds_cleanup) {
-            self.types[ResourceType::Cluster.index()].owe_full_response();
-        }
+        self.types[ResourceType::Cluster.index()].release_removals();
     }
 
     fn force_all(&mut self) {

@@ -759,6 +759,35 @@ async fn sotw_31_cluster_removed_in_the_same_push_outlives_the_route_update() {
 }
 
 #[tokio::test]
+async fn sotw_31_a_removal_alone_sends_routes_first_and_no_cds_the_client_holds() {
+    // SOTW-31: one snapshot moves the route from X to Y (both known) and deletes X. A CDS response
+    // keeping X would repeat what the client holds, so none goes out before the routes; the CDS
+    // that drops X follows them.
+    let s = TestServer::start(vec![
+        cluster("X", "1"),
+        cluster("Y", "1"),
+        route("r", "X"),
+        listener("l", "r"),
+    ])
+    .await;
+    let mut c = s.ads("n").await;
+    c.subscribe(CDS, &[]).await;
+    let r = c.expect(CDS, &["X", "Y"]).await;
+    c.ack(&r, &[]).await;
+    c.subscribe(RDS, &["r"]).await;
+    let r = c.expect(RDS, &["r"]).await;
+    c.ack(&r, &["r"]).await;
+    s.publish(vec![route("r", "Y")], vec![(CDS, "X")]);
+    let rds = c.expect(RDS, &["r"]).await;
+    assert_eq!(route_clusters(&rds.resources[0]), ["Y"]);
+    c.ack(&rds, &["r"]).await;
+    let fin = c.expect(CDS, &["Y"]).await;
+    assert_eq!(fin.version_info, s.version(CDS));
+    c.ack(&fin, &[]).await;
+    c.expect_no_response().await;
+}
+
+#[tokio::test]
 async fn sotw_32_istio_ads_reconnect_requests_sequence() {
     // SOTW-32, BUG-2: Istio TestAdsReconnectRequests. On a new stream EDS comes first with a nonce
     // from the old stream (e1) and is answered (e2); then CDS; then EDS with e2, which looks like

@@ -57,10 +57,6 @@ pub(crate) struct SotwBuilt {
     pub warming: Warming,
     /// Whether snapshot changes (not only the client's request) caused it.
     pub change_driven: bool,
-    /// CDS only: clusters removed since the last response but kept in this one, because the
-    /// listeners/routes of the same push may still reference them (SOTW-31 make-before-break). A
-    /// follow-up response without them is owed once the push is complete.
-    pub retained: usize,
 }
 
 /// The SotW state of one type on one stream.
@@ -87,6 +83,9 @@ pub(crate) struct SotwState {
     /// What stale requests left out of the subscription: the client may have dropped these, so
     /// the next fresh request that still names them is a re-subscription (BUG-8, SOTW-19).
     dropped_while_stale: Dropped,
+    /// CDS only: the current push kept clusters removed since the client's last response
+    /// (SOTW-31); a response without them is owed once the push is complete.
+    removals_held: bool,
 }
 
 /// Subscribed names (and the wildcard) that a stale request did not name.
@@ -112,6 +111,7 @@ impl SotwState {
             warming: BTreeSet::new(),
             warm_all: false,
             dropped_while_stale: Dropped::default(),
+            removals_held: false,
         }
     }
 
@@ -171,9 +171,10 @@ impl SotwState {
         }
     }
 
-    /// Owes the client a response with its full current set (after a make-before-break push).
-    pub(crate) fn owe_full_response(&mut self) {
-        if self.subscribed() {
+    /// The push is complete: if it held removals back (SOTW-31), owes the client a response with
+    /// its full current set.
+    pub(crate) fn release_removals(&mut self) {
+        if std::mem::take(&mut self.removals_held) && self.subscribed() {
             self.pending.respond = true;
         }
     }
@@ -333,7 +334,10 @@ impl SotwState {
     /// brought up to `snap`. `None` when there is nothing to send (SOTW-28).
     ///
     /// `retain_from`, for CDS only, is the snapshot the client's previous CDS response came from:
-    /// clusters removed since are kept in this response (SOTW-31), see [`SotwBuilt::retained`].
+    /// clusters removed since are kept in this response (SOTW-31): the listeners and routes of the
+    /// same push may still reference them. A response without them is owed once the push is
+    /// complete ([`Self::release_removals`]); none is sent now if the kept set is what the client
+    /// holds already.
     pub(crate) fn build(
         &mut self,
         snap: &Snapshot,
@@ -343,6 +347,7 @@ impl SotwState {
     ) -> Option<SotwBuilt> {
         let since = self.synced_seq;
         let pending = std::mem::take(&mut self.pending);
+        let owed = pending.all || pending.respond || !pending.names.is_empty();
         self.synced_seq = self.synced_seq.max(snap.seq);
         if !self.subscribed() {
             return None;
@@ -354,7 +359,6 @@ impl SotwState {
             names: Arc::default(),
             warming: Warming::Some(Vec::new()),
             change_driven: false,
-            retained: 0,
         };
         if self.ty.full_state_in_sotw() {
             let changed = since < snap.seq
@@ -371,7 +375,7 @@ impl SotwState {
                         None => true,
                     }
                 };
-            if !(changed || pending.all || pending.respond || !pending.names.is_empty()) {
+            if !(changed || owed) {
                 return None;
             }
             // A stream's first response is not a change reaching it: convergence is measured
@@ -407,12 +411,22 @@ impl SotwState {
                     .map(|c| c.removed)
                     .unwrap_or_default();
                 let prev = prev.resources_for(self.ty, view);
+                let mut retained = 0;
                 for name in removed.iter().filter(|n| self.sub.covers(n)) {
                     if let Some(e) = prev.get(name) {
                         built.version.add(name, e.resource.hash);
                         built.entries.push(e.resource.sotw_entry().clone());
-                        built.retained += 1;
+                        retained += 1;
                     }
+                }
+                self.removals_held |= retained > 0;
+                // Every change was a removal held back: the client holds this very set already,
+                // and the response that removes them follows the push.
+                if retained > 0
+                    && !owed
+                    && self.sent.as_ref().is_some_and(|s| s.version == built.version)
+                {
+                    return None;
                 }
             }
             return Some(built);
