@@ -124,6 +124,9 @@ fn index(type_url: &str) -> Option<usize> {
 
 impl State {
     async fn send(&self, req: Bytes) -> Result<(), String> {
+        if let Some(rec) = &self.recorder {
+            rec.request(&req);
+        }
         self.tx
             .send(req)
             .await
@@ -283,6 +286,9 @@ impl State {
             _ => false,
         };
         if hit {
+            if let Some(rec) = &self.recorder {
+                rec.hit();
+            }
             self.epoch_seen = epoch;
             self.probe.saw(r.len);
         }

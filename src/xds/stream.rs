@@ -356,10 +356,14 @@ impl<P: Protocol> Stream<P> {
     }
 
     fn has_work(&self, latest_seq: u64) -> bool {
+        // A push under way finishes on its own snapshot first (`push_one` walks only that one):
+        // counting work from a newer snapshot while the gate holds the rest of the push would wake
+        // the stream for a push that stages nothing, again and again until the gate opens.
+        let seq = self.cycle.as_ref().map_or(latest_seq, |s| s.seq);
         self.empty.owed()
             || ResourceType::ALL
                 .iter()
-                .any(|t| self.proto.has_work(*t, latest_seq) && !self.held(*t))
+                .any(|t| self.proto.has_work(*t, seq) && !self.held(*t))
     }
 
     /// Whether responses of `ty` wait for the EDS of added clusters (reads the clock only while
