@@ -6,25 +6,14 @@
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use prost::Message;
-use tributary::envoy::fixtures::{merged, port};
-use tributary::envoy::{EncodedResource, ResourceType, route_config_for_port};
+use tributary::envoy::ResourceType;
+use tributary::envoy::fixtures::http_route as route;
 use tributary::xds::VHDS_KEY;
-use tributary_registries::Protocol;
 
 use crate::support::delta::DeltaClient;
 use crate::support::{RDS, TestServer};
 
 const VHDS: ResourceType = ResourceType::VirtualHost;
-
-/// The route configuration of `port` for services `hosts`.
-fn route(port_: u16, hosts: &[&str]) -> EncodedResource {
-    let services: Vec<_> = hosts
-        .iter()
-        .map(|h| merged(h, vec![port("http", port_, Protocol::Http)], vec![]))
-        .collect();
-    let refs: Vec<_> = services.iter().collect();
-    route_config_for_port(port_, &refs, &mut Vec::new()).expect("an HTTP port")
-}
 
 async fn vhds_client(s: &TestServer, opt_in: bool) -> DeltaClient {
     let mut c = s.delta_ads("vhds").await;

@@ -1,20 +1,13 @@
-use tributary_registries::Protocol;
-
 use super::*;
-use crate::envoy::fixtures::{merged, port};
-use crate::envoy::{EncodedResource, route_config_for_port};
+use crate::envoy::EncodedResource;
+use crate::envoy::fixtures::http_route;
 use crate::snapshot::{BuildInput, Snapshot, SnapshotBuilder, View};
 
 const A: &str = "a.demo.svc.cluster.local";
 const B: &str = "b.demo.svc.cluster.local";
 
 fn route(hosts: &[&str]) -> EncodedResource {
-    let services: Vec<_> = hosts
-        .iter()
-        .map(|h| merged(h, vec![port("http", 80, Protocol::Http)], vec![]))
-        .collect();
-    let refs: Vec<_> = services.iter().collect();
-    route_config_for_port(80, &refs, &mut Vec::new()).expect("an HTTP port")
+    http_route(80, hosts)
 }
 
 fn build(b: &mut SnapshotBuilder, input: BuildInput) -> Arc<Snapshot> {
@@ -108,11 +101,7 @@ fn deleting_a_service_or_the_route_configuration_removes_virtual_hosts() {
 fn names_of_takes_only_that_route_configurations_virtual_hosts() {
     let mut b = SnapshotBuilder::new();
     build(&mut b, upsert(route(&[A])));
-    let other = {
-        let svc = merged(B, vec![port("http", 8080, Protocol::Http)], vec![]);
-        route_config_for_port(8080, &[&svc], &mut Vec::new()).unwrap()
-    };
-    let s = build(&mut b, upsert(other));
+    let s = build(&mut b, upsert(http_route(8080, &[B])));
     let vhs = s.resources_for(ResourceType::VirtualHost, vhds());
     assert_eq!(names_of(&vhs, "80"), [Arc::<str>::from(format!("80/{A}:80"))]);
     assert_eq!(

@@ -1,18 +1,11 @@
 use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier;
 use envoy_types::pb::envoy::config::route::v3::VirtualHost;
-use tributary_registries::Protocol;
 
 use super::*;
-use crate::envoy::fixtures::{decode, merged, port};
-use crate::envoy::route_config_for_port;
+use crate::envoy::fixtures::{decode, http_route};
 
 fn route_config(hosts: &[&str]) -> EncodedResource {
-    let services: Vec<_> = hosts
-        .iter()
-        .map(|h| merged(h, vec![port("http", 80, Protocol::Http)], vec![]))
-        .collect();
-    let refs: Vec<_> = services.iter().collect();
-    route_config_for_port(80, &refs, &mut Vec::new()).expect("an HTTP port")
+    http_route(80, hosts)
 }
 
 #[test]
