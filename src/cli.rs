@@ -114,6 +114,11 @@ pub struct BootstrapArgs {
     /// Use incremental (delta) xDS: `api_type: DELTA_GRPC`. Envoy then receives only what changed.
     #[arg(long)]
     pub delta: bool,
+    /// Take virtual hosts over VHDS (sets node metadata `TRIBUTARY_VHDS: true`): a service add or
+    /// delete then sends one virtual host per port, not each port's whole route configuration.
+    /// Needs --delta and an Envoy that accepts VHDS on its delta ADS stream (2026 and later).
+    #[arg(long, requires = "delta")]
+    pub vhds: bool,
     /// Poll CDS and LDS as REST-JSON (`POST /v3/discovery:*` over HTTP/1.1) instead of ADS over
     /// gRPC; EDS and RDS follow over REST too.
     #[arg(long, conflicts_with_all = ["delta", "tls"])]
@@ -175,7 +180,11 @@ impl BootstrapArgs {
             delta: self.delta,
             rest: self.rest,
             tls,
-            metadata: Default::default(),
+            metadata: self
+                .vhds
+                .then(|| (crate::xds::VHDS_KEY.to_string(), serde_json::Value::Bool(true)))
+                .into_iter()
+                .collect(),
         })
     }
 }

@@ -31,6 +31,7 @@ pub use rest_source::{
     REST_REFRESH_DELAY, REST_XDS_CLUSTER, RestSourceError, for_rest, rest_config_source,
 };
 pub use route::route_config_for_port;
+pub use route::vhds::{VhdsError, VhdsSplit, split_route_config, virtual_host_prefix};
 pub use route::{RouteSource, route_config_with_extra, route_config_with_rules};
 
 use std::fmt;
@@ -50,6 +51,9 @@ pub enum ResourceType {
     Listener,
     /// `envoy.config.route.v3.RouteConfiguration` (RDS).
     Route,
+    /// `envoy.config.route.v3.VirtualHost` (VHDS): the virtual hosts of each route configuration,
+    /// one resource each, served over delta only to nodes that opt in (`crate::envoy::route::vhds`).
+    VirtualHost,
     /// Istio's `ServiceEntry` collection, served over MCP (`docs/mcp.md`).
     ServiceEntry,
     /// Istio's `WorkloadEntry` collection, served over MCP.
@@ -69,13 +73,14 @@ impl ResourceType {
         ResourceType::Route,
     ];
 
-    /// Every type: Envoy's four in push order, then the MCP collections (`src/mcp/`), which only
-    /// a client that asks for them (istiod) ever sees.
+    /// Every type: Envoy's four in push order, VHDS after the route configurations it fills, then
+    /// the MCP collections (`src/mcp/`), which only a client that asks for them (istiod) ever sees.
     pub const ALL: [ResourceType; Self::COUNT] = [
         ResourceType::Cluster,
         ResourceType::Endpoint,
         ResourceType::Listener,
         ResourceType::Route,
+        ResourceType::VirtualHost,
         ResourceType::ServiceEntry,
         ResourceType::WorkloadEntry,
         ResourceType::DestinationRule,
@@ -83,11 +88,17 @@ impl ResourceType {
     ];
 
     /// Number of types, for per-type arrays.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// Whether this is an MCP collection rather than an Envoy type.
     pub const fn is_mcp(self) -> bool {
-        self.index() >= Self::PUSH_ORDER.len()
+        matches!(
+            self,
+            ResourceType::ServiceEntry
+                | ResourceType::WorkloadEntry
+                | ResourceType::DestinationRule
+                | ResourceType::VirtualService
+        )
     }
 
     /// The `type_url` of the `Any` each resource is wrapped in: the type's own for Envoy's types;
@@ -113,6 +124,7 @@ impl ResourceType {
             }
             ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
             ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            ResourceType::VirtualHost => "type.googleapis.com/envoy.config.route.v3.VirtualHost",
         }
     }
 
@@ -132,6 +144,7 @@ impl ResourceType {
             ResourceType::Endpoint => "eds",
             ResourceType::Listener => "lds",
             ResourceType::Route => "rds",
+            ResourceType::VirtualHost => "vhds",
             ResourceType::ServiceEntry => "serviceentry",
             ResourceType::WorkloadEntry => "workloadentry",
             ResourceType::DestinationRule => "destinationrule",
@@ -151,11 +164,12 @@ impl ResourceType {
         matches!(self, ResourceType::Cluster | ResourceType::Listener) || self.is_mcp()
     }
 
-    /// Whether an empty first request means "everything" (legacy wildcard). Only LDS, CDS and the
-    /// MCP collections (istiod subscribes to them with no names), as istiod and section G-3
-    /// decide: an empty EDS/RDS request subscribes to nothing (SOTW-22).
+    /// Whether an empty first request means "everything" (legacy wildcard). Only LDS, CDS, VHDS
+    /// and the MCP collections (istiod subscribes to them with no names), as istiod and section
+    /// G-3 decide: an empty EDS/RDS request subscribes to nothing (SOTW-22). Envoy subscribes to
+    /// VHDS over delta ADS with an empty first request and expects every virtual host (DELTA-22).
     pub const fn legacy_wildcard(self) -> bool {
-        self.full_state_in_sotw()
+        self.full_state_in_sotw() || matches!(self, ResourceType::VirtualHost)
     }
 }
 

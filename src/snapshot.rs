@@ -17,6 +17,7 @@ mod mesh;
 pub(crate) mod metrics;
 mod store;
 mod version;
+mod vhds;
 
 pub use builder::{BuildInput, SnapshotBuilder};
 pub use history::{ChangeSet, Changes, HISTORY_LEN};
@@ -25,6 +26,7 @@ pub use locality::{LocalityId, MAX_PROXY_LOCALITIES};
 pub use mesh::{MeshBuilder, run_builder};
 pub use store::SnapshotStore;
 pub use version::TypeVersion;
+pub(crate) use vhds::names_of as virtual_host_names_of;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -107,6 +109,10 @@ pub struct Snapshot {
     pub(crate) api_listeners: Arc<TypeResources>,
     /// Load assignments that differ by proxy locality, and their variants per locality.
     pub(crate) located: locality::LocatedEndpoints,
+    /// The route configurations as VHDS clients get them (no virtual hosts; those are the
+    /// [`ResourceType::VirtualHost`] resources). Same names as the route configurations, and they
+    /// change only when one is added or removed, so the Route history covers them.
+    pub(crate) vhds_routes: Arc<TypeResources>,
 }
 
 /// Which variant of the per-node resources a client sees. LDS differs by bind address and client
@@ -130,6 +136,15 @@ pub enum View {
         /// Its locality.
         locality: LocalityId,
     },
+    /// An Envoy on delta xDS that takes its virtual hosts over VHDS: its route configurations have
+    /// none, and it sees the [`ResourceType::VirtualHost`] resources (no other view does).
+    /// Everything else as the Envoy view for `bind` and `locality`.
+    Vhds {
+        /// Where its listeners bind (`None` = `0.0.0.0`).
+        bind: Option<IpAddr>,
+        /// Its locality, if it has one.
+        locality: Option<LocalityId>,
+    },
 }
 
 impl View {
@@ -145,6 +160,31 @@ impl View {
                 proxyless: true, ..
             } => View::Proxyless,
             View::Located { bind, .. } => View::bound(bind),
+            View::Vhds { bind, .. } => View::Vhds {
+                bind,
+                locality: None,
+            },
+            other => other,
+        }
+    }
+
+    /// Whether this view takes its virtual hosts over VHDS.
+    pub fn vhds(self) -> bool {
+        matches!(self, View::Vhds { .. })
+    }
+
+    /// The same view with inline virtual hosts (what it sees of every type but RDS and VHDS).
+    fn inline(self) -> Self {
+        match self {
+            View::Vhds {
+                bind,
+                locality: Some(locality),
+            } => View::Located {
+                bind,
+                proxyless: false,
+                locality,
+            },
+            View::Vhds { bind, locality: None } => View::bound(bind),
             other => other,
         }
     }
@@ -156,11 +196,16 @@ impl Snapshot {
         &self.types[ty.index()]
     }
 
-    /// The resources of type `ty` as a client with `view` sees them. Only listeners differ between
-    /// views: for another bind address their names and `changed_seq` are the same as the
+    /// The resources of type `ty` as a client with `view` sees them. Listeners differ between
+    /// views, EDS by locality, and RDS and VHDS for VHDS views: for another bind address their names and `changed_seq` are the same as the
     /// default's, and API listener changes are in the same history, so change tracking is shared.
     pub fn resources_for(&self, ty: ResourceType, view: View) -> Arc<TypeResources> {
         match (ty, view) {
+            (ResourceType::Route, View::Vhds { .. }) => Arc::clone(&self.vhds_routes),
+            (ResourceType::VirtualHost, View::Vhds { .. }) => Arc::clone(&self.types[ty.index()]),
+            // Only VHDS views see virtual hosts as resources of their own.
+            (ResourceType::VirtualHost, _) => Arc::new(TypeResources::default()),
+            (_, View::Vhds { .. }) => self.resources_for(ty, view.inline()),
             (ResourceType::Endpoint, View::Located { locality, .. }) => {
                 self.located.for_locality(locality, &self.types[ty.index()])
             }

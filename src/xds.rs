@@ -79,7 +79,7 @@ mod warming;
 pub(crate) use connections::Registration;
 pub use connections::{ConnectionInfo, Connections, SyncStatus, TypeStatus};
 pub use csds::CsdsService;
-pub use node::{LISTENER_ADDRESS_KEY, NodeError, NodeInfo};
+pub use node::{LISTENER_ADDRESS_KEY, NodeError, NodeInfo, VHDS_KEY};
 pub use record::MAX_ERROR_BYTES;
 pub use request::{MAX_NAME_BYTES, MAX_NAMES_PER_REQUEST};
 pub use rest::RestService;

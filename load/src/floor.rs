@@ -1,91 +1,68 @@
 //! The floor: a server that does nothing but fan out prebuilt, pre-framed responses as shared
 //! `Bytes` (the pre-framed `raw` shape of `docs/floor.md`), and the sink clients that read it.
 //!
-//! Every stream gets one "storm" response of the size of a proxy's full config when it opens, and
-//! one "push" response of the size of the measured change on each trigger. No generation, no
-//! per-stream state beyond the body: no control plane can serve the same bytes faster here, so
-//! tributary's figures are reported as ratios to these, measured in the same run.
+//! Every stream gets, when it opens, the storm replayed, and on each trigger the next change of the
+//! run replayed (`replay.rs`): responses of the same types, count and sizes tributary sent each
+//! client for the storm or that change. No generation, no per-stream state beyond the body: no
+//! control plane can serve the same bytes faster here, so tributary's figures are reported as
+//! ratios to these, measured in the same run.
 //!
-//! The floor is fair to the requests too (`docs/floor.md`): a SotW sink acknowledges each response
-//! with the same `resource_names` list tributary's SotW proxies repeat in every EDS ACK, and the
-//! server reads every request frame to its end without decoding it, so what tributary spends on
-//! top of reading those bytes is what the ratio shows.
+//! The floor is fair to the requests too (`docs/floor.md`): a sink answers each replayed response
+//! with the very requests tributary's traced proxy sent after it (a SotW proxy's EDS ACKs repeat
+//! every cluster name), and the server reads every request frame to its end without decoding it,
+//! so what tributary spends on top of reading those bytes is what the ratio shows.
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryResponse, DiscoveryResponse, Resource,
-};
-use envoy_types::pb::google::protobuf::Any;
+use bytes::Bytes;
 use futures::StreamExt;
 use http::uri::PathAndQuery;
 use http_body::Frame;
-use prost::Message;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 use tonic::server::NamedService;
 use tonic::transport::Channel;
 
 use crate::probe::Probe;
+use crate::replay::{self, Push};
 use crate::wire::{self, EDS, RawCodec};
 
-/// Pushes a slow stream may lag behind before it misses one; the floor run sends a handful.
+mod measure;
+
+pub(crate) use measure::{FloorSetup, measure};
+
+/// Pushes a slow stream may lag behind before it misses one; the run waits for each push to reach
+/// every client before the next, so one would do.
 const PUSH_BACKLOG: usize = 64;
 const TRIGGER_PATH: &str = "/load.Floor/Push";
 
-/// A gRPC-framed message: 5-byte prefix then the message.
-fn framed(msg: &[u8]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(msg.len() + 5);
-    buf.put_u8(0);
-    buf.put_u32(msg.len() as u32);
-    buf.put_slice(msg);
-    buf.freeze()
-}
-
-/// A response of about `size` bytes with nonce `nonce`.
-fn response(delta: bool, size: usize, nonce: &str) -> Bytes {
-    let any = Any {
-        type_url: EDS.into(),
-        value: vec![0; size.saturating_sub(200)],
-    };
-    let msg = if delta {
-        DeltaDiscoveryResponse {
-            resources: vec![Resource {
-                name: "floor".into(),
-                version: "1".into(),
-                resource: Some(any),
-                ..Default::default()
-            }],
-            type_url: EDS.into(),
-            nonce: nonce.into(),
-            ..Default::default()
-        }
-        .encode_to_vec()
-    } else {
-        DiscoveryResponse {
-            version_info: "1".into(),
-            resources: vec![any],
-            type_url: EDS.into(),
-            nonce: nonce.into(),
-            ..Default::default()
-        }
-        .encode_to_vec()
-    };
-    framed(&msg)
+/// The storm and every replayed change as the pre-framed responses each stream receives, built
+/// once and shared.
+fn batches(delta: bool, pushes: &[Push]) -> Vec<Arc<[Bytes]>> {
+    pushes
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            p.responses
+                .iter()
+                .enumerate()
+                .map(|(j, s)| replay::response(delta, *s, &Push::nonce(k, j)))
+                .collect()
+        })
+        .collect()
 }
 
 struct Shared {
-    delta: bool,
-    storm: Bytes,
-    push_bytes: usize,
-    pushes: broadcast::Sender<Bytes>,
-    epoch: AtomicU64,
+    /// `batches[0]`: the storm, sent when a stream opens; then the changes, one per trigger.
+    batches: Vec<Arc<[Bytes]>>,
+    pushes: broadcast::Sender<Arc<[Bytes]>>,
+    /// The next change to send.
+    next: AtomicUsize,
 }
 
 #[derive(Clone)]
@@ -131,9 +108,16 @@ impl tower::Service<Req> for FloorService {
             use http_body_util::BodyExt;
             while let Some(Ok(_)) = body.frame().await {}
         });
-        let first = futures::stream::once(futures::future::ready(self.0.storm.clone()));
-        let pushes =
-            BroadcastStream::new(self.0.pushes.subscribe()).filter_map(|r| async move { r.ok() });
+        let storm = self
+            .0
+            .batches
+            .first()
+            .map(|b| b.to_vec())
+            .unwrap_or_default();
+        let first = futures::stream::iter(storm);
+        let pushes = BroadcastStream::new(self.0.pushes.subscribe())
+            .filter_map(|r| async move { r.ok() })
+            .flat_map(|batch| futures::stream::iter(batch.to_vec()));
         let frames = first
             .chain(pushes)
             .map(|b| Ok::<_, tonic::Status>(Frame::data(b)));
@@ -152,13 +136,14 @@ impl tower::Service<Req> for TriggerService {
     }
 
     fn call(&mut self, _req: Req) -> Self::Future {
-        let epoch = self.0.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-        let push = response(self.0.delta, self.0.push_bytes, &format!("push-{epoch}"));
-        let _ = self.0.pushes.send(push);
+        let k = self.0.next.fetch_add(1, Ordering::SeqCst);
+        if let Some(batch) = self.0.batches.get(k) {
+            let _ = self.0.pushes.send(Arc::clone(batch));
+        }
         let mut ok = http::HeaderMap::new();
         ok.insert("grpc-status", http::HeaderValue::from_static("0"));
         let frames = futures::stream::iter([
-            Ok::<_, tonic::Status>(Frame::data(framed(&[]))),
+            Ok::<_, tonic::Status>(Frame::data(replay::framed(&[]))),
             Ok(Frame::trailers(ok)),
         ]);
         let body = tonic::body::Body::new(http_body_util::StreamBody::new(frames));
@@ -166,23 +151,27 @@ impl tower::Service<Req> for TriggerService {
     }
 }
 
-/// Serves the floor on `addr` until the process is killed; prints the bound address first.
-pub(crate) async fn serve(
-    addr: SocketAddr,
-    delta: bool,
-    storm_bytes: usize,
-    push_bytes: usize,
-) -> anyhow::Result<()> {
-    let (pushes, _) = broadcast::channel(PUSH_BACKLOG);
-    let shared = Arc::new(Shared {
-        delta,
-        storm: response(delta, storm_bytes, "storm"),
-        push_bytes,
-        pushes,
-        epoch: AtomicU64::new(0),
-    });
+/// Serves the floor on `addr` until the process is killed; prints the bound address first. A
+/// stream gets `pushes[0]` (the storm) when it opens; each trigger sends the next of `pushes` (the
+/// changes of the run, in order) to every stream.
+pub(crate) async fn serve(addr: SocketAddr, delta: bool, pushes: &[Push]) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening {}", listener.local_addr()?);
+    serve_on(listener, delta, pushes).await
+}
+
+/// [`serve`] on a bound listener, printing nothing.
+pub(crate) async fn serve_on(
+    listener: tokio::net::TcpListener,
+    delta: bool,
+    pushes: &[Push],
+) -> anyhow::Result<()> {
+    let (tx, _) = broadcast::channel(PUSH_BACKLOG);
+    let shared = Arc::new(Shared {
+        batches: batches(delta, pushes),
+        pushes: tx,
+        next: AtomicUsize::new(1),
+    });
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(FloorService(Arc::clone(&shared)))
@@ -192,7 +181,7 @@ pub(crate) async fn serve(
     Ok(())
 }
 
-/// Asks the floor server at `channel` to push once.
+/// Asks the floor server at `channel` to send the next change.
 pub(crate) async fn trigger(channel: Channel) -> anyhow::Result<()> {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
@@ -205,18 +194,17 @@ pub(crate) async fn trigger(channel: Channel) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A client of the floor: reads every response and acknowledges it like a proxy would; reports the
-/// storm response as "synced" and each push as seen. A SotW sink's ACKs carry `ack_names` (the
-/// encoded `resource_names` a SotW proxy repeats in its EDS ACKs); delta ACKs name nothing, as a
-/// delta proxy's do.
+/// A client of the floor: answers every replayed response with the requests tributary's traced
+/// proxy sent after it (`pushes[k].replies[j]`); reports the storm (`pushes[0]`) as "synced" once
+/// its last response arrived, and the response carrying each change as seen.
 pub(crate) async fn sink(
     channel: Channel,
     id: usize,
     delta: bool,
-    ack_names: Bytes,
+    pushes: Arc<[Push]>,
     probe: Arc<Probe>,
 ) {
-    if let Err(e) = sink_inner(channel, id, delta, &ack_names, &probe).await {
+    if let Err(e) = sink_inner(channel, id, delta, &pushes, &probe).await {
         probe.fail(format!("floor client {id}: {e}"));
     }
 }
@@ -225,7 +213,7 @@ async fn sink_inner(
     channel: Channel,
     id: usize,
     delta: bool,
-    ack_names: &Bytes,
+    pushes: &[Push],
     probe: &Probe,
 ) -> anyhow::Result<()> {
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(usize::MAX);
@@ -254,17 +242,28 @@ async fn sink_inner(
         .into_inner();
     let mut epoch_seen = 0;
     while let Some(r) = stream.message().await? {
-        let ack = if delta {
-            wire::delta_request(EDS, &r.nonce, &empty, &empty, None)
-        } else {
-            wire::sotw_request(EDS, &r.version, &r.nonce, ack_names, None)
-        };
-        tx.send(ack).await?;
-        if r.nonce == "storm" {
-            probe.synced(r.len);
-        } else if let Some((epoch, _)) = probe.marker()
+        let (k, j) = Push::parse_nonce(&r.nonce)
+            .ok_or_else(|| anyhow::anyhow!("unexpected nonce {:?}", r.nonce))?;
+        let push = pushes
+            .get(k)
+            .ok_or_else(|| anyhow::anyhow!("no change {k} in the replay"))?;
+        for req in push.replies.get(j).into_iter().flatten() {
+            tx.send(req.clone()).await?;
+        }
+        if k == 0 {
+            if j == push.marker {
+                probe.synced(push.response_bytes());
+            }
+            continue;
+        }
+        if let Some(s) = push.responses.get(j) {
+            probe.response(s.type_index);
+        }
+        // epoch k is change k (`pushes[0]` is the storm; see `measure`)
+        if j == push.marker
+            && let Some((epoch, _)) = probe.marker()
+            && epoch == k as u64
             && epoch > epoch_seen
-            && r.nonce.starts_with("push-")
         {
             epoch_seen = epoch;
             probe.saw(r.len);
@@ -272,3 +271,6 @@ async fn sink_inner(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,16 +6,20 @@
 //! cold-start storm); then make endpoint changes, service additions and deletions and time each
 //! until the last proxy has received and acknowledged it. With `--peers`, each peer control plane
 //! (`peer.rs`) is then given the same resources and changes and measured with the same clients.
-//! Then the same N clients against the floor server (`floor.rs`) with the same bytes. Prints one
-//! table (tributary, the floor and each peer per measure) and, with `--json`, one JSON line.
+//! Then the same N clients against the floor server (`floor.rs`) with the same bytes: the storm,
+//! and each change replayed as tributary sent it (`replay.rs`). Prints one table (tributary, the
+//! floor and each peer per measure) and, with `--json`, one JSON line with the goals (`goals.rs`),
+//! which `tributary-load check` verifies.
 
 mod floor;
+mod goals;
 mod mesh;
 mod peer;
 mod probe;
 mod process;
 mod proxy;
 mod recorder;
+mod replay;
 mod report;
 mod wire;
 
@@ -36,6 +40,8 @@ use report::{ChangeResult, Report, Stats};
 
 /// How long one phase may take before the run gives up on it.
 const PHASE_LIMIT: Duration = Duration::from_secs(600);
+/// Quiet time after a change before the next: no response reached any proxy for this long.
+const SETTLE: Duration = Duration::from_millis(300);
 /// How often progress is printed while waiting.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// HTTP/2 windows of the simulated proxies: Envoy's defaults (256 MiB per connection, 16 MiB
@@ -61,10 +67,15 @@ enum Command {
         addr: SocketAddr,
         #[arg(long)]
         delta: bool,
+        /// The storm and the changes to replay, in order (written by `run`).
         #[arg(long)]
-        storm_bytes: usize,
-        #[arg(long)]
-        push_bytes: usize,
+        replay: PathBuf,
+    },
+    /// Check one run's JSON line (`run --json`) against the goals; exit 1 if any is missed, 2 if
+    /// the file holds no run report.
+    Check {
+        /// The file holding the JSON line (`-` for standard input).
+        json: PathBuf,
     },
 }
 
@@ -92,6 +103,10 @@ struct RunArgs {
     per_connection: usize,
     #[arg(long, value_enum, default_value = "sotw")]
     mode: Mode,
+    /// Delta clients take their virtual hosts over VHDS (node metadata `TRIBUTARY_VHDS`), as
+    /// `tributary bootstrap --delta --vhds` makes Envoy do.
+    #[arg(long)]
+    vhds: bool,
     /// Changes of each kind to time.
     #[arg(long, default_value_t = 5)]
     changes: usize,
@@ -101,6 +116,12 @@ struct RunArgs {
         default_value = "{debounce_after: 100ms, debounce_max: 10s, endpoint_debounce_after: 0s}"
     )]
     debounce: String,
+    /// tributary's `connections` settings, as YAML flow. Every simulated proxy connects from
+    /// 127.0.0.1, so the per-peer connection limit is off. A storm of many large configs over
+    /// shared connections may need a longer `keepalive_timeout`: a keepalive ping waits behind the
+    /// data already queued on its connection (`docs/floor.md`, "Large meshes").
+    #[arg(long, default_value = "{max_connections_per_peer: 0}")]
+    connections: String,
     /// The tributary binary (default: next to this one).
     #[arg(long)]
     tributary: Option<PathBuf>,
@@ -118,16 +139,26 @@ struct RunArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let rt = tokio::runtime::Runtime::new()?;
-    match cli.command {
+    match Cli::parse().command {
+        Command::Check { json } => match goals::check_file(&json) {
+            Ok(true) => Ok(()),
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("tributary-load check: {e}");
+                std::process::exit(2)
+            }
+        },
         Command::Floor {
             addr,
             delta,
-            storm_bytes,
-            push_bytes,
-        } => rt.block_on(floor::serve(addr, delta, storm_bytes, push_bytes)),
+            replay,
+        } => {
+            let pushes = replay::read(&replay)?;
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(floor::serve(addr, delta, &pushes))
+        }
         Command::Run(args) => {
+            let rt = tokio::runtime::Runtime::new()?;
             let report = rt.block_on(run(args.clone()))?;
             report.print_table();
             if args.json {
@@ -200,6 +231,23 @@ async fn wait_until(
     }
 }
 
+/// Waits until no proxy has received a response for [`SETTLE`]: the rest of a change (the
+/// EDS and route configurations that follow the response carrying it) belongs to that change, in
+/// its trace for the floor and in its counts, not to the next one. At most [`PHASE_LIMIT`].
+async fn settle(probe: &Probe) {
+    let deadline = Instant::now() + PHASE_LIMIT;
+    let total = || probe.responses().iter().sum::<u64>();
+    let mut before = total();
+    loop {
+        tokio::time::sleep(SETTLE).await;
+        let now = total();
+        if now == before || Instant::now() >= deadline {
+            return;
+        }
+        before = now;
+    }
+}
+
 /// Spawns `n` clients over `chans`, `per` to a connection.
 fn spawn_clients<F, Fut>(tasks: &mut JoinSet<()>, chans: &[Channel], n: usize, per: usize, f: F)
 where
@@ -229,7 +277,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     std::fs::create_dir_all(&dir)?;
     let bin = process::tributary_bin(args.tributary.as_deref())?;
     let peer_bins = peer::build(&args.peers)?;
-    let server = Server::tributary(&bin, &dir, &args.debounce)?;
+    let server = Server::tributary(&bin, &dir, &args.debounce, &args.connections)?;
     let control_addr =
         anyhow::Context::context(server.control, "tributary serves the control API")?;
     let control = Control::connect(control_addr).await?;
@@ -253,12 +301,13 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let recorder = Arc::new(Recorder::default());
     let chans = channels(server.xds, conns).await?;
     let mut tasks = JoinSet::new();
+    recorder.start_trace();
     let t0 = Instant::now();
     spawn_clients(&mut tasks, &chans, n, per, |ch, i| {
         proxy::run(
             ch,
             i,
-            is_delta(i),
+            (is_delta(i), args.vhds),
             Arc::clone(&probe),
             Arc::clone(&cache),
             (i == 0).then(|| Arc::clone(&recorder)),
@@ -266,6 +315,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     });
     let last = wait_for("storm: proxies synced", n, &probe, Probe::synced_count).await?;
     let storm = last.saturating_duration_since(t0);
+    let storm_replay = replay::Push::storm(recorder.take_trace())?;
     eprintln!("\r  storm: {n} proxies synced in {storm:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_per_client = (server.rss().saturating_sub(rss_idle)) as f64 / n as f64;
@@ -273,14 +323,16 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
     let initial = recorder.snapshot();
     let mut steps = Vec::new();
 
-    // Changes.
+    // Changes, each traced by the first proxy for the floor to replay.
     let mut epoch = 0;
     let mut results = Vec::new();
+    let mut pushes = Vec::new();
     for kind in ["endpoint", "new service", "delete service"] {
         let mut samples = Vec::new();
         let mut cpu = 0.0;
         let mut responses = [0u64; 4];
         let mut push_bytes = 0;
+        let mut bytes_per_client = 0;
         for k in 0..args.changes {
             epoch += 1;
             let extra = spec.services + k;
@@ -298,6 +350,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
                 },
             };
             let cpu0 = server.cpu();
+            recorder.start_trace();
             let t = probe.arm(epoch, marker.clone());
             match kind {
                 "endpoint" => {
@@ -311,8 +364,11 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
             let last = wait_for(kind, n, &probe, Probe::seen).await?;
             samples.push(last.saturating_duration_since(t));
             // let stragglers (other types of the same push) arrive before the next change
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            settle(&probe).await;
             cpu += server.cpu() - cpu0;
+            let push = replay::Push::from_trace(kind, recorder.take_trace())?;
+            bytes_per_client += push.response_bytes();
+            pushes.push(push);
             steps.push(peer::Step {
                 kind,
                 marker,
@@ -332,6 +388,8 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
             server_cpu_s: cpu / args.changes.max(1) as f64,
             responses,
             push_bytes,
+            bytes_per_client: bytes_per_client / args.changes.max(1),
+            ..Default::default()
         });
     }
     let failed = probe.failed.load(std::sync::atomic::Ordering::SeqCst);
@@ -354,34 +412,28 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         peers.push(peer::measure(name, bin, &plan).await);
     }
 
-    // The floor, same clients, same bytes.
-    let push_bytes = results.first().map_or(1024, |r| r.push_bytes.max(64));
-    let floor_server = Server::floor(args.mode == Mode::Delta, config_bytes.max(64), push_bytes)?;
-    let rss_floor_idle = floor_server.rss();
-    let fprobe = Probe::new();
-    let fchans = channels(floor_server.xds, conns).await?;
-    let mut ftasks = JoinSet::new();
-    // SotW sinks acknowledge with the EDS names tributary's SotW proxies repeat in every EDS ACK.
-    let ack_names = wire::encode_names(3, &initial[1].keys().cloned().collect::<Vec<_>>());
-    let t0 = Instant::now();
-    spawn_clients(&mut ftasks, &fchans, n, per, |ch, i| {
-        floor::sink(ch, i, is_delta(i), ack_names.clone(), Arc::clone(&fprobe))
-    });
-    let last = wait_for("floor storm", n, &fprobe, Probe::synced_count).await?;
-    let storm_floor = last.saturating_duration_since(t0);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let floor_rss_per_client =
-        (floor_server.rss().saturating_sub(rss_floor_idle)) as f64 / n as f64;
-    let trigger = channels(floor_server.xds, 1).await?.remove(0);
-    let mut fsamples = Vec::new();
-    for k in 0..args.changes {
-        let t = fprobe.arm(k as u64 + 1, Marker::FloorPush);
-        floor::trigger(trigger.clone()).await?;
-        let last = wait_for("floor push", n, &fprobe, Probe::seen).await?;
-        fsamples.push(last.saturating_duration_since(t));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    // The floor, same clients, same bytes: the storm, then every change as tributary sent it,
+    // answered with the same requests (a SotW proxy's EDS ACKs repeat every cluster name).
+    let floor_ack_bytes = storm_replay.reply_bytes();
+    let floor = floor::measure(
+        &floor::FloorSetup {
+            delta: args.mode == Mode::Delta,
+            clients: n,
+            per_connection: per,
+            connections: conns,
+            is_delta: &is_delta,
+            dir: &dir,
+        },
+        storm_replay,
+        pushes,
+    )
+    .await?;
+    for c in &mut results {
+        if let Some(f) = floor.changes.iter().find(|f| f.kind == c.change) {
+            c.floor = Some(f.convergence);
+            c.floor_responses = f.responses;
+        }
     }
-    ftasks.abort_all();
     let _ = std::fs::remove_dir_all(&dir);
 
     Ok(Report {
@@ -390,24 +442,21 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         connections: conns,
         mode: match args.mode {
             Mode::Sotw => "sotw",
+            Mode::Delta if args.vhds => "delta+vhds",
             Mode::Delta => "delta",
+            Mode::Mix if args.vhds => "mix+vhds",
             Mode::Mix => "mix",
         }
         .into(),
         debounce: args.debounce.clone(),
         storm_s: storm.as_secs_f64(),
-        storm_floor_s: storm_floor.as_secs_f64(),
+        storm_floor_s: floor.storm_s,
         config_bytes_per_client: config_bytes,
         rss_idle_bytes: rss_idle,
         rss_per_client_bytes: rss_per_client,
-        floor_rss_per_client_bytes: floor_rss_per_client,
+        floor_rss_per_client_bytes: floor.rss_per_client_bytes,
         changes: results,
-        floor_push: Stats::of(&fsamples),
-        floor_ack_bytes: if args.mode == Mode::Delta {
-            0
-        } else {
-            ack_names.len()
-        },
+        floor_ack_bytes,
         peers,
         load_tool_cpu_s: process::own_cpu(),
         wall_s: started.elapsed().as_secs_f64(),

@@ -177,7 +177,7 @@ async fn measure_into(
         proxy::run(
             ch,
             i,
-            (plan.is_delta)(i),
+            ((plan.is_delta)(i), false),
             Arc::clone(&probe),
             Arc::clone(&cache),
             None,

@@ -94,13 +94,18 @@ pub(crate) fn peer_bin(name: &str) -> anyhow::Result<PathBuf> {
 
 impl Server {
     /// Starts tributary serving an (initially empty) mock registry with the given debounce, and
-    /// waits until it is ready. Every simulated proxy connects from 127.0.0.1, so the per-peer
-    /// connection limit is off.
+    /// waits until it is ready. `connections_yaml` is its `connections` settings (the run turns the
+    /// per-peer connection limit off: every simulated proxy connects from 127.0.0.1).
     #[allow(
         clippy::disallowed_methods,
         reason = "a blocking wait in the load tool's synchronous driver, on no runtime"
     )]
-    pub(crate) fn tributary(bin: &Path, dir: &Path, debounce_yaml: &str) -> anyhow::Result<Self> {
+    pub(crate) fn tributary(
+        bin: &Path,
+        dir: &Path,
+        debounce_yaml: &str,
+        connections_yaml: &str,
+    ) -> anyhow::Result<Self> {
         let (xds, admin, control) = (free_addr()?, free_addr()?, free_addr()?);
         let mesh = dir.join("mesh.yaml");
         std::fs::write(&mesh, "services: []\n")?;
@@ -108,7 +113,7 @@ impl Server {
         std::fs::write(
             &config,
             format!(
-                "xds_addr: {xds}\nadmin_addr: {admin}\ncontrol_api: {{addr: {control}}}\nconnections: {{max_connections_per_peer: 0}}\nregistries:\n  - type: mock\n    name: load\n    file: {}\ndebounce: {debounce_yaml}\n",
+                "xds_addr: {xds}\nadmin_addr: {admin}\ncontrol_api: {{addr: {control}}}\nconnections: {connections_yaml}\nregistries:\n  - type: mock\n    name: load\n    file: {}\ndebounce: {debounce_yaml}\n",
                 mesh.display()
             ),
         )?;
@@ -134,15 +139,12 @@ impl Server {
         Ok(server)
     }
 
-    /// Starts the floor server (this executable's `floor` subcommand).
-    pub(crate) fn floor(
-        delta: bool,
-        storm_bytes: usize,
-        push_bytes: usize,
-    ) -> anyhow::Result<Self> {
+    /// Starts the floor server (this executable's `floor` subcommand) with the storm and the
+    /// changes to replay in the file at `replay` (`replay.rs`).
+    pub(crate) fn floor(delta: bool, replay: &Path) -> anyhow::Result<Self> {
         let mut child = Command::new(std::env::current_exe()?)
-            .args(["floor", "--storm-bytes", &storm_bytes.to_string()])
-            .args(["--push-bytes", &push_bytes.to_string()])
+            .args(["floor", "--replay"])
+            .arg(replay)
             .args(if delta { &["--delta"][..] } else { &[][..] })
             .stdout(Stdio::piped())
             .spawn()?;

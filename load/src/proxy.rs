@@ -17,6 +17,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
+mod vhds;
+
 use crate::probe::{Marker, Probe};
 use crate::recorder::Recorder;
 use crate::wire::{self, CDS, EDS, LDS, RDS, RawCodec, Response};
@@ -112,6 +114,8 @@ struct State {
     epoch_seen: u64,
     /// Keeps what this proxy receives, for the peers (one proxy per run has one).
     recorder: Option<Arc<Recorder>>,
+    /// Delta only: virtual hosts over VHDS (`vhds.rs`).
+    vhds: Option<vhds::Vhds>,
 }
 
 fn index(type_url: &str) -> Option<usize> {
@@ -120,6 +124,9 @@ fn index(type_url: &str) -> Option<usize> {
 
 impl State {
     async fn send(&self, req: Bytes) -> Result<(), String> {
+        if let Some(rec) = &self.recorder {
+            rec.request(&req);
+        }
         self.tx
             .send(req)
             .await
@@ -185,6 +192,11 @@ impl State {
     }
 
     async fn on_delta(&mut self, r: Response) -> Result<(), String> {
+        if r.type_url == vhds::VHDS {
+            self.on_virtual_hosts(&r).await?;
+            self.check(&r, None);
+            return Ok(());
+        }
         let Some(i) = index(&r.type_url) else {
             return Ok(());
         };
@@ -238,6 +250,9 @@ impl State {
                 .await?;
             }
         }
+        if i == 3 {
+            self.after_routes().await?;
+        }
         self.check(&r, None);
         Ok(())
     }
@@ -247,9 +262,11 @@ impl State {
         if let Some(i) = index(&r.type_url) {
             self.probe.response(i);
         }
-        if !self.synced && self.got.iter().all(|g| *g) {
+        let (virtual_hosts, vhds_bytes) = self.virtual_hosts_held();
+        if !self.synced && self.got.iter().all(|g| *g) && virtual_hosts {
             self.synced = true;
-            self.probe.synced(self.held_bytes.iter().sum());
+            self.probe
+                .synced(self.held_bytes.iter().sum::<usize>() + vhds_bytes);
         }
         let Some((epoch, marker)) = self.probe.marker() else {
             return;
@@ -269,6 +286,9 @@ impl State {
             _ => false,
         };
         if hit {
+            if let Some(rec) = &self.recorder {
+                rec.hit();
+            }
             self.epoch_seen = epoch;
             self.probe.saw(r.len);
         }
@@ -277,15 +297,17 @@ impl State {
 
 /// Runs one simulated proxy until its stream ends; failures are reported to `probe`. With a
 /// `recorder`, every response it receives is also recorded there.
+/// A delta proxy with `vhds` takes its virtual hosts over VHDS.
 pub(crate) async fn run(
     channel: Channel,
     id: usize,
-    delta: bool,
+    (delta, vhds): (bool, bool),
     probe: Arc<Probe>,
     cache: Arc<NameCache>,
     recorder: Option<Arc<Recorder>>,
 ) {
-    if let Err(e) = run_inner(channel, id, delta, Arc::clone(&probe), cache, recorder).await {
+    let kind = (delta, delta && vhds);
+    if let Err(e) = run_inner(channel, id, kind, Arc::clone(&probe), cache, recorder).await {
         probe.fail(format!("proxy {id}: {e}"));
     }
 }
@@ -293,7 +315,7 @@ pub(crate) async fn run(
 async fn run_inner(
     channel: Channel,
     id: usize,
-    delta: bool,
+    (delta, vhds): (bool, bool),
     probe: Arc<Probe>,
     cache: Arc<NameCache>,
     recorder: Option<Arc<Recorder>>,
@@ -315,8 +337,14 @@ async fn run_inner(
         synced: false,
         epoch_seen: 0,
         recorder,
+        vhds: vhds.then(vhds::Vhds::default),
     };
-    let node = wire::node(&format!("load-{}", state.id));
+    let node_id = format!("load-{}", state.id);
+    let node = if vhds {
+        vhds::node(&node_id)
+    } else {
+        wire::node(&node_id)
+    };
     let empty = Bytes::new();
     if delta {
         state

@@ -2,12 +2,17 @@
 //! hands every response it receives to a [`Recorder`], which keeps the current resources per type
 //! as their encoded bytes. A [`Recorded`] copy is taken once the storm has synced and after each
 //! change, so a peer is given exactly the resources tributary served, state after state.
+//!
+//! While a change is measured it also keeps a [`Trace`] of that proxy's stream: every response
+//! (type and size), every request it sent in reply, and which response carried the change. The
+//! floor replays it (`replay.rs`), so the floor sends and receives the same bytes per client.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use bytes::Bytes;
 
+use crate::replay::{Event, Trace};
 use crate::wire::{CDS, EDS, LDS, RDS, Response};
 
 /// Type URLs in the order the recorder keeps them.
@@ -20,6 +25,8 @@ pub(crate) type Recorded = [BTreeMap<String, Bytes>; 4];
 #[derive(Default)]
 pub(crate) struct Recorder {
     state: Mutex<Recorded>,
+    /// The stream's events since [`start_trace`](Self::start_trace), if tracing.
+    trace: Mutex<Option<Trace>>,
 }
 
 /// Route configuration name of listener `0.0.0.0_<port>` (tributary's naming, see `proxy.rs`).
@@ -33,6 +40,10 @@ impl Recorder {
         let Some(i) = TYPES.iter().position(|t| *t == r.type_url) else {
             return;
         };
+        self.traced(Event::Response {
+            type_index: i,
+            bytes: r.len,
+        });
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let set = &mut state[i];
         // SotW CDS and LDS responses carry the whole set; EDS and RDS, and every delta response,
@@ -59,6 +70,41 @@ impl Recorder {
                 .filter_map(|l| route_of(l).map(str::to_owned))
                 .collect();
             state[3].retain(|name, _| routes.contains(name));
+        }
+    }
+
+    /// The proxy sent `request` (kept as is: the floor's clients send the same bytes).
+    pub(crate) fn request(&self, request: &Bytes) {
+        self.traced(Event::Request(request.clone()));
+    }
+
+    /// The proxy acknowledged the response carrying the measured change (the last one traced).
+    pub(crate) fn hit(&self) {
+        self.traced(Event::Hit);
+    }
+
+    /// Starts a new trace (a change is about to be made).
+    pub(crate) fn start_trace(&self) {
+        *self.trace.lock().unwrap_or_else(|e| e.into_inner()) = Some(Trace::default());
+    }
+
+    /// Ends the trace and returns it (empty if none was started).
+    pub(crate) fn take_trace(&self) -> Trace {
+        self.trace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default()
+    }
+
+    fn traced(&self, event: Event) {
+        if let Some(t) = self
+            .trace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            t.push(event);
         }
     }
 
@@ -131,6 +177,34 @@ mod tests {
         let s = rec.snapshot();
         assert_eq!(s[0].keys().collect::<Vec<_>>(), ["b"]);
         assert_eq!(s[1].keys().collect::<Vec<_>>(), ["b"]);
+    }
+
+    #[test]
+    fn a_trace_keeps_the_stream_only_while_a_change_is_measured() {
+        let rec = Recorder::default();
+        rec.record(&sotw(CDS, vec![cluster("a")]), false);
+        rec.start_trace();
+        let cds = sotw(CDS, vec![cluster("a"), cluster("b")]);
+        rec.record(&cds, false);
+        rec.request(&Bytes::from_static(b"ack"));
+        rec.hit();
+        let trace = rec.take_trace();
+        assert_eq!(
+            trace,
+            [
+                Event::Response {
+                    type_index: 0,
+                    bytes: cds.len
+                },
+                Event::Request(Bytes::from_static(b"ack")),
+                Event::Hit,
+            ]
+        );
+        rec.request(&Bytes::from_static(b"later"));
+        assert!(
+            rec.take_trace().is_empty(),
+            "nothing is kept between changes"
+        );
     }
 
     #[test]

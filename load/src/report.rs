@@ -35,7 +35,7 @@ impl Stats {
     }
 }
 
-/// One kind of change, measured on tributary and (for endpoint changes) on the floor.
+/// One kind of change, measured on tributary and on the floor (which replays what tributary sent).
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct ChangeResult {
     pub change: &'static str,
@@ -46,6 +46,13 @@ pub(crate) struct ChangeResult {
     pub responses: [u64; 4],
     /// Bytes of the response that carried the change, to one proxy.
     pub push_bytes: usize,
+    /// Bytes of every response one proxy received for one change (mean over the changes): what
+    /// the floor replays.
+    pub bytes_per_client: usize,
+    /// The floor replaying the same responses.
+    pub floor: Option<Stats>,
+    /// Responses the floor's clients received per type (CDS, EDS, LDS, RDS).
+    pub floor_responses: [u64; 4],
 }
 
 /// One kind of change as a peer served it.
@@ -86,6 +93,8 @@ pub(crate) struct Cell {
 /// One row of the table: tributary, the floor (where there is one) and every peer.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Measure {
+    /// A stable name for scripts (`storm`, `memory`, `endpoint.p50`, `new_service.p50`...).
+    pub key: String,
     pub measure: String,
     /// `s`, `ms` or `bytes`.
     pub unit: &'static str,
@@ -111,14 +120,18 @@ pub(crate) struct Report {
     pub rss_per_client_bytes: f64,
     pub floor_rss_per_client_bytes: f64,
     pub changes: Vec<ChangeResult>,
-    pub floor_push: Stats,
-    /// Size of each SotW floor client's ACKs: the EDS `resource_names` list tributary's SotW
-    /// proxies repeat (0 in delta mode).
+    /// Bytes of requests each floor client sent during the storm: the requests tributary's traced
+    /// proxy sent (a SotW proxy's EDS requests repeat every cluster name).
     pub floor_ack_bytes: usize,
     pub peers: Vec<PeerReport>,
     pub load_tool_cpu_s: f64,
     pub wall_s: f64,
     pub failed_streams: usize,
+}
+
+/// (key, label) of a measure.
+fn named(key: &str, label: &str) -> (String, String) {
+    (key.to_owned(), label.to_owned())
 }
 
 fn ratio(a: f64, b: f64) -> String {
@@ -172,11 +185,12 @@ impl Report {
     /// Every measure, tributary beside the floor and the peers: the rows of the table and the
     /// `measures` of the JSON line.
     pub(crate) fn measures(&self) -> Vec<Measure> {
-        let row = |measure: String,
+        let row = |(key, measure): (String, String),
                    unit: &'static str,
                    tributary: f64,
                    floor: Option<f64>,
                    peer: &dyn Fn(&PeerReport) -> Cell| Measure {
+            key,
             measure,
             unit,
             tributary,
@@ -190,21 +204,21 @@ impl Report {
         };
         let mut out = vec![
             row(
-                "cold-start storm (last synced)".into(),
+                named("storm", "cold-start storm (last synced)"),
                 "s",
                 self.storm_s,
                 Some(self.storm_floor_s),
                 &|p| run_cell(p, p.storm_s),
             ),
             row(
-                "memory per client (full config)".into(),
+                named("memory", "memory per client (full config)"),
                 "bytes",
                 self.rss_per_client_bytes,
                 Some(self.floor_rss_per_client_bytes),
                 &|p| run_cell(p, p.rss_per_client_bytes),
             ),
             row(
-                "config received per client".into(),
+                named("config", "config received per client"),
                 "bytes",
                 self.config_bytes_per_client as f64,
                 Some(self.config_bytes_per_client as f64),
@@ -212,23 +226,27 @@ impl Report {
             ),
         ];
         for c in &self.changes {
-            let floor = (c.change == "endpoint").then_some(self.floor_push);
+            let floor = c.floor;
+            let key = |what: &str| format!("{}.{what}", c.change.replace(' ', "_"));
             out.push(row(
-                format!("{} change p50 (n={})", c.change, c.convergence.n),
+                (
+                    key("p50"),
+                    format!("{} change p50 (n={})", c.change, c.convergence.n),
+                ),
                 "ms",
                 c.convergence.p50_ms,
                 floor.map(|f| f.p50_ms),
                 &|p| change_cell(p, c.change, |pc| pc.convergence.map(|s| s.p50_ms)),
             ));
             out.push(row(
-                format!("{} change p99", c.change),
+                (key("p99"), format!("{} change p99", c.change)),
                 "ms",
                 c.convergence.p99_ms,
                 floor.map(|f| f.p99_ms),
                 &|p| change_cell(p, c.change, |pc| pc.convergence.map(|s| s.p99_ms)),
             ));
             out.push(row(
-                format!("{} server CPU per event", c.change),
+                (key("cpu"), format!("{} server CPU per event", c.change)),
                 "s",
                 c.server_cpu_s,
                 None,
@@ -280,13 +298,22 @@ impl Report {
         }
         for c in &self.changes {
             println!(
-                "tributary {}: responses cds/eds/lds/rds {:?}, {} B each, max {:.1}ms",
-                c.change, c.responses, c.push_bytes, c.convergence.max_ms
+                "tributary {}: responses cds/eds/lds/rds {:?}, {} B per client per change \
+                 ({} B carried it), max {:.1}ms; floor replayed {:?}",
+                c.change,
+                c.responses,
+                c.bytes_per_client,
+                c.push_bytes,
+                c.convergence.max_ms,
+                c.floor_responses
             );
+        }
+        for g in crate::goals::Goal::of(&self.measures()) {
+            println!("goal {g}");
         }
         if self.floor_ack_bytes > 0 {
             println!(
-                "floor: SotW ACKs of {} B (the EDS names tributary's proxies repeat), read undecoded",
+                "floor: each client sent {} B of requests in the storm (tributary's proxy's), read undecoded",
                 self.floor_ack_bytes
             );
         }
@@ -331,10 +358,15 @@ impl Report {
             #[serde(flatten)]
             report: &'a Report,
             measures: Vec<Measure>,
+            memory_per_client: crate::goals::Memory,
+            goals: Vec<crate::goals::Goal>,
         }
+        let measures = self.measures();
         let line = Line {
             report: self,
-            measures: self.measures(),
+            memory_per_client: crate::goals::Memory::of(&measures),
+            goals: crate::goals::Goal::of(&measures),
+            measures,
         };
         match serde_json::to_string(&line) {
             Ok(line) => println!("{line}"),

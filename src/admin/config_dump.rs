@@ -205,9 +205,11 @@ fn section(
                 .collect(),
             ..Default::default()
         }),
-        // MCP collections are Istio config, not Envoy's: `parse_type` never selects them, and an
-        // Envoy config dump has no section for them.
-        ResourceType::ServiceEntry
+        // MCP collections are Istio config, not Envoy's, and VHDS virtual hosts show inside
+        // Envoy's own route dump: `parse_type` never selects them, and this dump has no section
+        // for them.
+        ResourceType::VirtualHost
+        | ResourceType::ServiceEntry
         | ResourceType::WorkloadEntry
         | ResourceType::DestinationRule
         | ResourceType::VirtualService => Any {

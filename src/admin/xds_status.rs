@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::{ProxyView, TypeView, XdsStatus, proxy_id_matches};
 use crate::xds::{ConnectionInfo, Connections};
+use crate::envoy::ResourceType;
 
 impl XdsStatus for Connections {
     fn syncz(&self) -> Value {
@@ -95,8 +96,9 @@ fn sync_row(c: &ConnectionInfo) -> Value {
     );
     let mut resources = serde_json::Map::new();
     for (ty, t) in &c.types {
-        if ty.is_mcp() && !t.requested {
-            // Only istiod asks for MCP collections: an Envoy's row stays as it was.
+        if (ty.is_mcp() || *ty == ResourceType::VirtualHost) && !t.requested {
+            // Only istiod asks for MCP collections, and only VHDS Envoys for virtual hosts: other
+            // rows stay as they were.
             continue;
         }
         let prefix = match ty.short() {

@@ -63,6 +63,16 @@ pub fn merged(host: &str, ports: Vec<ServicePort>, endpoints: Vec<Endpoint>) -> 
     }
 }
 
+/// The route configuration of HTTP port `port` for one service per name in `hosts`.
+pub fn http_route(port_: u16, hosts: &[&str]) -> EncodedResource {
+    let services: Vec<_> = hosts
+        .iter()
+        .map(|h| merged(h, vec![port("http", port_, Protocol::Http)], vec![]))
+        .collect();
+    let refs: Vec<_> = services.iter().collect();
+    super::route_config_for_port(port_, &refs, &mut Vec::new()).expect("an HTTP port")
+}
+
 /// `merged` with another resolution.
 pub fn with_resolution(mut svc: MergedService, resolution: Resolution) -> MergedService {
     svc.service.resolution = resolution;

@@ -99,6 +99,7 @@ pub fn for_rest(r: &EncodedResource) -> Result<Any, RestSourceError> {
         }
         ResourceType::Endpoint
         | ResourceType::Route
+        | ResourceType::VirtualHost
         | ResourceType::ServiceEntry
         | ResourceType::WorkloadEntry
         | ResourceType::DestinationRule

@@ -255,6 +255,7 @@ fn virtual_host(port: u16, m: &Member<'_>, names: Vec<String>) -> VirtualHost {
 }
 
 mod canonical;
+pub(super) mod vhds;
 
 #[cfg(test)]
 mod tests;

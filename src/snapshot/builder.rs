@@ -85,6 +85,11 @@ impl SnapshotBuilder {
                     TypeResources::default(),
                 ),
             };
+        let mut vhds_routes = self
+            .prev
+            .as_ref()
+            .map(|p| (*p.vhds_routes).clone())
+            .unwrap_or_default();
         let mut set = ChangeSet {
             seq,
             ..Default::default()
@@ -102,6 +107,11 @@ impl SnapshotBuilder {
             };
             upsert(&mut types[resource.ty.index()], &mut set, seq, resource);
         }
+        let vh = ResourceType::VirtualHost.index();
+        let mut virtual_hosts = std::mem::take(&mut types[vh]);
+        let routes = &types[ResourceType::Route.index()];
+        super::vhds::follow_routes(routes, &mut vhds_routes, &mut virtual_hosts, &mut set, seq);
+        types[vh] = virtual_hosts;
         // API listeners share the Listener history: their names never collide with Envoy's.
         for name in input.api_removes {
             remove(&mut api, &mut set, ResourceType::Listener, &name);
@@ -140,6 +150,7 @@ impl SnapshotBuilder {
             issues,
             listeners: BoundListeners::new(listener_inputs),
             api_listeners: Arc::new(api),
+            vhds_routes: Arc::new(vhds_routes),
             located: LocatedEndpoints::next(
                 located,
                 self.prev
@@ -152,7 +163,12 @@ impl SnapshotBuilder {
     }
 }
 
-fn upsert(t: &mut TypeResources, set: &mut ChangeSet, seq: u64, resource: EncodedResource) {
+pub(super) fn upsert(
+    t: &mut TypeResources,
+    set: &mut ChangeSet,
+    seq: u64,
+    resource: EncodedResource,
+) {
     let ty = resource.ty;
     if let Some(old) = t.entries.get(&*resource.name) {
         if old.resource.hash == resource.hash {
@@ -172,7 +188,12 @@ fn upsert(t: &mut TypeResources, set: &mut ChangeSet, seq: u64, resource: Encode
     );
 }
 
-fn remove(t: &mut TypeResources, set: &mut ChangeSet, ty: ResourceType, name: &Arc<str>) {
+pub(super) fn remove(
+    t: &mut TypeResources,
+    set: &mut ChangeSet,
+    ty: ResourceType,
+    name: &Arc<str>,
+) {
     if let Some(old) = t.entries.remove(&**name) {
         t.version.remove(&old.resource.name, old.resource.hash);
         set.removed[ty.index()].push(Arc::clone(name));

@@ -6,7 +6,8 @@
 //! most: the response in h2's send buffer, the next one hyper has already pulled from the body
 //! (hyper 1.12 polls one frame ahead of flow control), and one staged in the slot. A response is a
 //! few shared [`Bytes`] chunks: a small per-stream header, then the shared resource bytes (one
-//! chunk for a wildcard full set, see `cache.rs`). Nothing is copied per stream.
+//! chunk for a wildcard full set, see `cache.rs`). Nothing is copied per stream but a response
+//! under 16 KiB, which is one chunk (`response.rs`).
 //!
 //! A staged response that the body has not started yet can be recalled, so a response for a type
 //! the client has since unsubscribed is never delivered (SOTW-35). When the body is dropped (client

@@ -191,7 +191,7 @@ impl Connections {
                 cluster: Arc::clone(&node.cluster),
                 metadata: node.metadata.clone(),
                 listener_address: node.listener_address,
-                view: node.view(),
+                view: node.view_for(delta),
                 peer,
                 connected_at: SystemTime::now(),
                 delta,

@@ -14,10 +14,13 @@
 //! their EDS resent right after it: Envoy re-warms an updated cluster and waits for its assignment
 //! (SOTW-32; Envoy issue 31535 shows the outage when a delta server leaves it out). A CDS response
 //! told to hold removals defers them to the end of the push (SOTW-31); the clusters it added (not
-//! in the map the previous one came from) go to the stream's warming gate (`warming.rs`). Not supported: aliases and
+//! in the map the previous one came from) go to the stream's warming gate (`warming.rs`). For a
+//! VHDS view, an RDS response is followed by the virtual hosts of every route configuration it
+//! carried (`vhds.rs`). Not supported: aliases and
 //! resource locators (treated as unknown names, DELTA-15/18), TTLs (DELTA-20).
 
 mod state;
+mod vhds;
 
 use std::sync::Arc;
 
@@ -157,7 +160,15 @@ impl Protocol for Delta {
         hold_removals: bool,
         _full_sets: &FullSetCache,
     ) -> Option<DeltaBuilt> {
-        self.types.get_mut(ty)?.build(snap, view, hold_removals)
+        let built = self.types.get_mut(ty)?.build(snap, view, hold_removals);
+        if ty == ResourceType::Route
+            && view.vhds()
+            && let Some(routes) = &built
+        {
+            let virtual_hosts = self.types.entry(ResourceType::VirtualHost);
+            vhds::owe_after_routes(virtual_hosts, routes, snap, view);
+        }
+        built
     }
 
     fn frame(

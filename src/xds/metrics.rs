@@ -126,6 +126,7 @@ pub(crate) fn send_error(ty: ResourceType) {
         ResourceType::Endpoint => "eds_senderr",
         ResourceType::Listener => "lds_senderr",
         ResourceType::Route => "rds_senderr",
+        ResourceType::VirtualHost => "vhds_senderr",
         ResourceType::ServiceEntry => "serviceentry_senderr",
         ResourceType::WorkloadEntry => "workloadentry_senderr",
         ResourceType::DestinationRule => "destinationrule_senderr",

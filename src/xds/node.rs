@@ -17,6 +17,11 @@ use crate::snapshot::{LocalityId, MAX_PROXY_LOCALITIES, View};
 /// Metadata key through which a node chooses the address its listeners bind to (an IP string).
 pub const LISTENER_ADDRESS_KEY: &str = "LISTENER_ADDRESS";
 
+/// Metadata key through which an Envoy on delta xDS asks for its virtual hosts over VHDS (`true`
+/// or `"true"`): Envoy accepts VHDS on the delta ADS stream only since 2026 (before, it NACKs such
+/// route configurations), so it is opt-in (`docs/architecture.md`).
+pub const VHDS_KEY: &str = "TRIBUTARY_VHDS";
+
 /// Metadata key Istio's agent sets to `"grpc"` in the bootstrap of proxyless gRPC clients.
 pub(super) const GENERATOR_KEY: &str = "GENERATOR";
 
@@ -62,6 +67,9 @@ pub enum NodeError {
     /// `LISTENER_ADDRESS` is not an IP address string.
     #[error("node metadata {LISTENER_ADDRESS_KEY} must be an IP address string, got {0}")]
     BadListenerAddress(String),
+    /// `TRIBUTARY_VHDS` is neither a boolean nor `"true"`/`"false"`.
+    #[error("node metadata {VHDS_KEY} must be true or false, got {0}")]
+    BadVhds(String),
 }
 
 /// The node of one stream, as given on its first request.
@@ -107,6 +115,7 @@ impl NodeInfo {
                 if struct_depth(md, 1) > MAX_METADATA_DEPTH {
                     return Err(NodeError::MetadataTooDeep);
                 }
+                wants_vhds(md)?;
                 listener_address(md)?
             }
             None => None,
@@ -131,6 +140,24 @@ impl NodeInfo {
             },
             (None, true) => View::Proxyless,
             (None, false) => View::bound(self.listener_address),
+        }
+    }
+
+    /// The snapshot view of this node on a stream of the given protocol: an Envoy that asked for
+    /// VHDS ([`VHDS_KEY`]) gets it on delta streams only (VHDS is delta-only).
+    pub fn view_for(&self, delta: bool) -> View {
+        let vhds = delta
+            && !self.proxyless
+            && self
+                .metadata
+                .as_deref()
+                .is_some_and(|md| wants_vhds(md).unwrap_or(false));
+        if !vhds {
+            return self.view();
+        }
+        View::Vhds {
+            bind: self.listener_address,
+            locality: self.locality,
         }
     }
 
@@ -206,6 +233,17 @@ fn is_proxyless(node: &Node) -> bool {
     by_agent || by_metadata
 }
 
+/// Metadata [`VHDS_KEY`]: absent is `false`.
+fn wants_vhds(md: &Struct) -> Result<bool, NodeError> {
+    match md.fields.get(VHDS_KEY).map(|v| &v.kind) {
+        None => Ok(false),
+        Some(Some(Kind::BoolValue(b))) => Ok(*b),
+        Some(Some(Kind::StringValue(s))) if s == "true" => Ok(true),
+        Some(Some(Kind::StringValue(s))) if s == "false" => Ok(false),
+        Some(other) => Err(NodeError::BadVhds(format!("{other:.64?}"))),
+    }
+}
+
 fn listener_address(md: &Struct) -> Result<Option<IpAddr>, NodeError> {
     let Some(value) = md.fields.get(LISTENER_ADDRESS_KEY) else {
         return Ok(None);
@@ -236,6 +274,39 @@ mod tests {
         Value {
             kind: Some(Kind::StringValue(s.into())),
         }
+    }
+
+    #[test]
+    fn vhds_is_opt_in_delta_only_and_checked() {
+        let mut md = Struct::default();
+        let plain = NodeInfo::from_first(Some(&node(Some(md.clone())))).unwrap();
+        assert_eq!(plain.view_for(true), View::Envoy);
+        md.fields.insert(VHDS_KEY.into(), string("true"));
+        md.fields
+            .insert(LISTENER_ADDRESS_KEY.into(), string("127.0.0.2"));
+        let info = NodeInfo::from_first(Some(&node(Some(md.clone())))).unwrap();
+        let bind = Some("127.0.0.2".parse().unwrap());
+        assert_eq!(
+            info.view_for(true),
+            View::Vhds {
+                bind,
+                locality: None
+            }
+        );
+        assert_eq!(info.view_for(false), View::Bound("127.0.0.2".parse().unwrap()));
+        md.fields.insert(
+            VHDS_KEY.into(),
+            Value {
+                kind: Some(Kind::BoolValue(false)),
+            },
+        );
+        let off = NodeInfo::from_first(Some(&node(Some(md.clone())))).unwrap();
+        assert!(!off.view_for(true).vhds());
+        md.fields.insert(VHDS_KEY.into(), string("yes"));
+        assert!(matches!(
+            NodeInfo::from_first(Some(&node(Some(md)))).unwrap_err(),
+            NodeError::BadVhds(_)
+        ));
     }
 
     #[test]

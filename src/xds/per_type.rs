@@ -1,8 +1,9 @@
 //! The per-type protocol states of one stream.
 //!
-//! Envoy's four types, which every proxy asks for, sit inline; the MCP collections, which only an
-//! istiod-like client asks for, get a state on their first request. A proxy's stream then carries
-//! no state for four types it never asks for (~400–500 bytes each, in every stream's task, MEM-3).
+//! Envoy's four types, which every proxy asks for, sit inline; the rest (VHDS, used only by Envoys
+//! that opt in, and the MCP collections, asked for only by istiod-like clients) get a state on
+//! their first request. A proxy's stream then carries no state for the types it never asks for
+//! (~400–500 bytes each, in every stream's task, MEM-3).
 //! A type without a state behaves as a type never requested: nothing subscribed, nothing owed.
 
 use crate::envoy::ResourceType;
@@ -10,7 +11,7 @@ use crate::envoy::ResourceType;
 /// Types whose state sits inline: Envoy's, in push order.
 const INLINE: usize = ResourceType::PUSH_ORDER.len();
 
-/// Types whose state is made on first use: the MCP collections.
+/// Types whose state is made on first use: VHDS and the MCP collections.
 const ON_DEMAND: usize = ResourceType::COUNT - INLINE;
 
 /// A protocol's state of one type on one stream.
@@ -19,7 +20,7 @@ pub(crate) trait TypeState {
     fn new(ty: ResourceType) -> Self;
 }
 
-/// One `S` per type, made on demand for the MCP collections.
+/// One `S` per type, made on demand past Envoy's four.
 #[derive(Debug)]
 pub(crate) struct PerType<S> {
     inline: [S; INLINE],
@@ -36,7 +37,7 @@ impl<S: TypeState> Default for PerType<S> {
 }
 
 impl<S: TypeState> PerType<S> {
-    /// The state of `ty`; `None` for a collection never requested on the stream.
+    /// The state of `ty`; `None` for an on-demand type never requested on the stream.
     pub(crate) fn get(&self, ty: ResourceType) -> Option<&S> {
         match ty.index().checked_sub(INLINE) {
             None => self.inline.get(ty.index()),
@@ -88,7 +89,7 @@ mod tests {
             assert_eq!(types.get(ty), Some(&Probe(ty)));
         }
         let mcp = ResourceType::ALL[INLINE];
-        assert!(mcp.is_mcp());
+        assert!(!ResourceType::PUSH_ORDER.contains(&mcp));
         assert_eq!(types.get(mcp), None, "no state before a request");
         assert_eq!(types.iter_mut().count(), INLINE);
         assert_eq!(*types.entry(mcp), Probe(mcp));

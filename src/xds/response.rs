@@ -5,6 +5,10 @@
 //! `nonce` (5) encoded here by hand, then each resource's shared `resources` (2) entry exactly as
 //! [`EncodedResource::sotw_entry`] holds it. Only the header is allocated per stream. Delta
 //! responses are framed the same way around [`EncodedResource::delta_entry`] chunks.
+//!
+//! Each chunk goes to h2 as a DATA frame of its own (a queue entry, a frame header, a slot in the
+//! write), so a small response (an endpoint change: one load assignment, ~1 KB) is copied into
+//! its header instead: one chunk, as a pre-framed response would be. Larger ones stay shared.
 
 use std::sync::Arc;
 
@@ -16,6 +20,10 @@ use crate::envoy::{EncodedResource, ResourceType, put_string_field, string_field
 
 /// gRPC message prefix: one compression flag byte plus a big-endian u32 length.
 const GRPC_PREFIX_LEN: usize = 5;
+
+/// Responses up to this size (prefix included) go out as one chunk: h2's default maximum DATA
+/// frame size, so such a response is one frame; the copy per stream is at most this much.
+const ONE_CHUNK_MAX: usize = 16 * 1024;
 
 /// Why a response could not be framed.
 #[derive(Debug, thiserror::Error)]
@@ -67,15 +75,25 @@ fn frame_fields(
     let header_len: usize = fields.iter().map(|(_, v)| string_field_len(v)).sum();
     let len = header_len + entries.iter().map(Bytes::len).sum::<usize>();
     let wire_len = u32::try_from(len).map_err(|_| TooLarge { ty, len })?;
-    let mut header = BytesMut::with_capacity(GRPC_PREFIX_LEN + header_len);
+    let one_chunk = GRPC_PREFIX_LEN + len <= ONE_CHUNK_MAX;
+    let capacity = GRPC_PREFIX_LEN + if one_chunk { len } else { header_len };
+    let mut header = BytesMut::with_capacity(capacity);
     header.put_u8(0);
     header.put_u32(wire_len);
     for (tag, value) in fields {
         put_string_field(&mut header, *tag, value);
     }
-    let mut chunks = Vec::with_capacity(entries.len() + 1);
-    chunks.push(header.freeze());
-    chunks.extend(entries);
+    let chunks = if one_chunk {
+        for e in &entries {
+            header.put_slice(e);
+        }
+        vec![header.freeze()]
+    } else {
+        let mut chunks = Vec::with_capacity(entries.len() + 1);
+        chunks.push(header.freeze());
+        chunks.extend(entries);
+        chunks
+    };
     Ok((
         Framed {
             ty: Some(ty),
@@ -156,6 +174,41 @@ mod tests {
         assert_eq!(resp.version_info, "v1");
         assert_eq!(resp.nonce, "n1");
         assert_eq!(resp.type_url, ResourceType::Cluster.type_url());
+        assert_eq!(resp.resources.len(), 2);
+        assert_eq!(framed.chunks.len(), 1, "a small response is one chunk");
+    }
+
+    #[test]
+    fn a_large_response_keeps_its_entries_shared() {
+        let big = |name: &str| {
+            let c = Cluster {
+                name: name.into(),
+                alt_stat_name: "x".repeat(ONE_CHUNK_MAX / 2),
+                ..Default::default()
+            };
+            EncodedResource::encode(ResourceType::Cluster, name, &c)
+        };
+        let (a, b) = (big("a"), big("b"));
+        let entries = vec![a.sotw_entry().clone(), b.sotw_entry().clone()];
+        let (framed, len) = frame(
+            ResourceType::Cluster,
+            ResourceType::Cluster.type_url(),
+            "v1",
+            "n1",
+            entries,
+            Arc::default(),
+        )
+        .unwrap();
+        assert!(len > ONE_CHUNK_MAX);
+        assert_eq!(framed.chunks.len(), 3);
+        // The entries are the resources' own bytes, not copies.
+        assert_eq!(framed.chunks[1].as_ptr(), a.sotw_entry().as_ptr());
+        assert_eq!(framed.chunks[2].as_ptr(), b.sotw_entry().as_ptr());
+        let mut all = BytesMut::new();
+        for c in &framed.chunks {
+            all.put_slice(c);
+        }
+        let resp = DiscoveryResponse::decode(&all[GRPC_PREFIX_LEN..]).unwrap();
         assert_eq!(resp.resources.len(), 2);
     }
 }

@@ -401,7 +401,7 @@ impl<P: Protocol> Stream<P> {
                 return Ok(());
             };
             *latest_seq = (*latest_seq).max(snap.seq);
-            let view = self.node.view();
+            let view = self.node.view_for(P::DELTA);
             for ty in ResourceType::ALL {
                 if !self.proto.has_work(ty, snap.seq) {
                     continue;
@@ -415,8 +415,12 @@ impl<P: Protocol> Stream<P> {
                 // it removes stay until those went out; `end_cycle` then removes them.
                 let hold_removals = ty == ResourceType::Cluster
                     && ads
-                    && [ResourceType::Listener, ResourceType::Route]
-                        .iter()
+                    && [
+                        ResourceType::Listener,
+                        ResourceType::Route,
+                        ResourceType::VirtualHost,
+                    ]
+                    .iter()
                         .any(|t| self.proto.would_send(*t, &snap, view));
                 let started = Instant::now();
                 let full_sets = &self.params.full_sets;

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use imbl::OrdSet;
-use imbl::ordset::DiffItem;
 
 use crate::envoy::ResourceType;
 use crate::snapshot::TypeResources;
@@ -121,52 +120,47 @@ impl Subscription {
     ) -> Change {
         self.requested = true;
         let list = requested.list_key();
-        if self.explicit_seen
-            && requested.count() != 0
-            && (self.last_list == Some(list) || self.is_exactly(requested))
-        {
+        let repeated = self.last_list.replace(list) == Some(list);
+        if self.explicit_seen && requested.count() != 0 && repeated {
             // Envoy repeats every EDS name in every ACK: recognise the unchanged list by its hash
-            // or with lookups instead of building a new set of thousands of names per ACK.
-            self.last_list = Some(list);
+            // instead of looking at thousands of names per ACK.
             return Change::default();
         }
-        self.last_list = Some(list);
-        let (wildcard, names) = if requested.count() == 0 {
-            (ty.legacy_wildcard() && !self.explicit_seen, OrdSet::new())
+        let mut change = Change::default();
+        let wildcard = if requested.count() == 0 {
+            change.removed = std::mem::take(&mut self.names).into_iter().collect();
+            ty.legacy_wildcard() && !self.explicit_seen
         } else {
             self.explicit_seen = true;
-            let mut names = OrdSet::new();
-            let mut wildcard = false;
-            for n in requested.each() {
-                if n == WILDCARD {
-                    wildcard = true;
-                } else {
-                    // reuse the existing Arc when the name is already subscribed
-                    let name = self
-                        .names
-                        .get(n)
-                        .cloned()
-                        .unwrap_or_else(|| intern(n, known));
-                    names.insert(name);
+            // Sorted and without repeats (Envoy lists names in no particular order), the list is
+            // compared with the sorted subscription in one walk: a 2,000-name list that gained one
+            // name costs that walk and one insertion, not a new set; an unchanged list, nothing.
+            let mut listed: Vec<&str> = requested.each().collect();
+            if !listed.is_sorted() {
+                listed.sort_unstable();
+            }
+            listed.dedup();
+            let mut held = self.names.iter().peekable();
+            for &name in listed.iter().filter(|n| **n != WILDCARD) {
+                while let Some(gone) = held.next_if(|h| &***h < name) {
+                    change.removed.push(Arc::clone(gone));
+                }
+                if held.next_if(|h| &***h == name).is_none() {
+                    change.added.push(intern(name, known));
                 }
             }
-            (wildcard, names)
-        };
-        // One walk over both sorted sets: a complement would copy a set and remove from it name by
-        // name, rebuilding tree nodes for every name of a 2,000-cluster list that gained one.
-        let mut change = Change {
-            wildcard_on: wildcard && !self.wildcard,
-            wildcard_off: !wildcard && self.wildcard,
-            ..Change::default()
-        };
-        for item in self.names.diff(&names) {
-            match item {
-                DiffItem::Add(name) => change.added.push(Arc::clone(name)),
-                DiffItem::Remove(name) => change.removed.push(Arc::clone(name)),
+            change.removed.extend(held.cloned());
+            for name in &change.removed {
+                self.names.remove(name);
             }
-        }
+            for name in &change.added {
+                self.names.insert(Arc::clone(name));
+            }
+            listed.contains(&WILDCARD)
+        };
+        change.wildcard_on = wildcard && !self.wildcard;
+        change.wildcard_off = !wildcard && self.wildcard;
         self.wildcard = wildcard;
-        self.names = names;
         change
     }
 
@@ -197,23 +191,6 @@ impl Subscription {
             .cloned()
             .collect();
         (self.wildcard && !named.contains(WILDCARD), left_out)
-    }
-
-    /// Whether `requested` (a non-empty SotW list, possibly with repeats) names exactly this
-    /// subscription.
-    fn is_exactly<N: SotwNames + ?Sized>(&self, requested: &N) -> bool {
-        let mut wildcard = false;
-        let mut distinct = std::collections::HashSet::with_capacity(requested.count());
-        for n in requested.each() {
-            if n == WILDCARD {
-                wildcard = true;
-            } else if !self.names.contains(n) {
-                return false;
-            } else {
-                distinct.insert(n);
-            }
-        }
-        wildcard == self.wildcard && distinct.len() == self.names.len()
     }
 
     /// Applies a delta request's `resource_names_subscribe` / `_unsubscribe` (DELTA-4, DELTA-16):
@@ -477,5 +454,18 @@ mod tests {
         let c = s.apply_sotw(ty, &req(&["b", "c"]));
         assert_eq!(c.added, vec![Arc::<str>::from("c")]);
         assert_eq!(c.removed, vec![Arc::<str>::from("a")]);
+    }
+
+    #[test]
+    fn an_unordered_list_is_compared_in_order_and_kept_names_stay_shared() {
+        let ty = ResourceType::Endpoint;
+        let mut s = Subscription::default();
+        s.apply_sotw(ty, &req(&["d", "b", "f", "a"]));
+        let kept = s.names.get("d").cloned().expect("d is subscribed");
+        let c = s.apply_sotw(ty, &req(&["e", "d", "c", "a", "g", "c"]));
+        assert_eq!(c.added, ["c", "e", "g"].map(Arc::<str>::from));
+        assert_eq!(c.removed, ["b", "f"].map(Arc::<str>::from));
+        assert_eq!(names(&s), ["a", "c", "d", "e", "g"]);
+        assert!(Arc::ptr_eq(&kept, s.names.get("d").expect("d is kept")));
     }
 }

@@ -73,7 +73,10 @@ impl WarmGate {
     /// Whether a response of `ty` must wait at `now`: listeners and routes, while clusters await
     /// their EDS and the wait has not run out.
     pub(crate) fn holds(&self, ty: ResourceType, now: Instant) -> bool {
-        matches!(ty, ResourceType::Listener | ResourceType::Route)
+        matches!(
+            ty,
+            ResourceType::Listener | ResourceType::Route | ResourceType::VirtualHost
+        )
             && self.deadline.is_some_and(|d| now < d)
     }
 

@@ -18,6 +18,7 @@ mod envoy_delta;
 mod envoy_e2e;
 mod envoy_tls;
 mod envoy_validate;
+mod envoy_vhds;
 mod operability;
 mod proxyless_delta;
 mod proxyless_grpc;

@@ -107,12 +107,12 @@ pub struct DeltaClient {
     fixed: Option<ResourceType>,
     nonces: HashSet<String>,
     /// Per type: wildcard and names, as the client believes (for INV-5).
-    wildcard: [bool; 4],
-    names: [BTreeSet<String>; 4],
-    requested: [bool; 4],
+    wildcard: [bool; ResourceType::COUNT],
+    names: [BTreeSet<String>; ResourceType::COUNT],
+    requested: [bool; ResourceType::COUNT],
     node_sent: bool,
     /// What the client holds, per type.
-    pub held: [BTreeMap<String, Held>; 4],
+    pub held: [BTreeMap<String, Held>; ResourceType::COUNT],
     /// Accept (and ignore) resources of names or types this client unsubscribed from: a response
     /// already on the wire when the unsubscription was sent cannot be taken back, so a client that
     /// changes subscriptions while responses flow may see one. Strict (INV-5) by default.
@@ -136,9 +136,9 @@ impl DeltaClient {
             rx,
             fixed,
             nonces: HashSet::new(),
-            wildcard: [false; 4],
+            wildcard: [false; ResourceType::COUNT],
             names: Default::default(),
-            requested: [false; 4],
+            requested: [false; ResourceType::COUNT],
             node_sent: false,
             held: Default::default(),
             late_responses_ok: false,

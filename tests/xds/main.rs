@@ -16,6 +16,7 @@ mod hybrid_ports;
 mod lifecycle;
 mod traffic_rules;
 mod transport;
+mod vhds;
 mod xds_delta;
 mod xds_limits;
 mod xds_parity;

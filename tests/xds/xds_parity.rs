@@ -382,7 +382,7 @@ impl Clients {
     }
 }
 
-fn summary(m: &[BTreeMap<String, Vec<u8>>; 4]) -> Vec<Vec<(String, u64)>> {
+fn summary(m: &[BTreeMap<String, Vec<u8>>]) -> Vec<Vec<(String, u64)>> {
     m.iter()
         .map(|t| {
             t.iter()

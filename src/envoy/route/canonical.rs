@@ -85,6 +85,13 @@ fn put_field(buf: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
 #[derive(Debug, Default)]
 pub(super) struct Encoded(Vec<u8>);
 
+impl Encoded {
+    /// Bytes already in canonical form (`vhds.rs` copies them out of an encoded one).
+    pub(super) fn from_bytes(bytes: Vec<u8>) -> Self {
+        Self(bytes)
+    }
+}
+
 impl Message for Encoded {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         buf.put_slice(&self.0);

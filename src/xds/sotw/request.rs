@@ -2,10 +2,12 @@
 //!
 //! Envoy repeats every EDS name in every EDS ACK: 2,000 clusters make a ~90 KB request per proxy
 //! per change, which a full decode turns into 2,000 `String`s only to find the list unchanged. Here
-//! the small fields (version, node, type, nonce, error) are decoded as usual and the names stay in
-//! the frame's bytes: one pass checks them (UTF-8) and computes the list's count and hash, the
-//! subscription compares that with the previous list's, and only a changed list is walked again to
-//! build the new set (`subscription.rs`). An unchanged ACK allocates nothing for its names.
+//! the names stay in the frame's bytes: one pass checks the framing and the names (UTF-8, a whole
+//! run of short names at a time) and computes the list's count and hash, the subscription compares
+//! that with the previous list's, and only a changed list is walked again to build the new set
+//! (`subscription.rs`). The small fields (version, node, type, nonce, error) are decoded as usual
+//! from their own bytes, which that pass sets apart, so nothing walks the names twice. An unchanged
+//! ACK allocates nothing for its names.
 
 use std::str;
 
@@ -15,7 +17,7 @@ use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
 
 use super::super::request::FromFrame;
-use super::super::subscription::{ListHasher, SotwNames, encode_varint};
+use super::super::subscription::{ListHasher, SotwNames};
 
 /// `resource_names` in `DiscoveryRequest`.
 const NAMES_FIELD: u64 = 3;
@@ -56,8 +58,9 @@ impl FromFrame for SotwRequest {
     const NAME: &'static str = "DiscoveryRequest";
 
     fn from_frame(frame: Bytes) -> Result<Self, String> {
-        let fields = Fields::decode(frame.clone()).map_err(|e| e.to_string())?;
-        let names = NameList::parse(frame)?;
+        let (names, rest) = NameList::parse(frame)?;
+        // Only the other fields' bytes: prost does not walk the names a second time to skip them.
+        let fields = Fields::decode(rest).map_err(|e| e.to_string())?;
         Ok(Self {
             version_info: fields.version_info,
             node: fields.node,
@@ -80,43 +83,62 @@ pub(crate) struct NameList {
 }
 
 impl NameList {
-    /// Checks every name (valid UTF-8) and the message's framing, counting and hashing the list
-    /// and finding its longest name in the same pass. Entries in canonical encoding (all of them,
-    /// from any protobuf encoder) are hashed as they lie in the message, a contiguous run at a time.
-    fn parse(message: Bytes) -> Result<Self, String> {
+    /// Walks the message once: checks its framing and every name (valid UTF-8), counts and hashes
+    /// the list and finds its longest name. Returns the list and the bytes of every other field,
+    /// in order (what the small fields are decoded from).
+    ///
+    /// An entry with a one-byte key and a one-byte length (every name under 128 bytes, from any
+    /// protobuf encoder) is read without a varint decode, and a contiguous run of them is checked
+    /// and hashed whole, as it lies in the message: with one-byte lengths (ASCII) between the
+    /// names, the run is valid UTF-8 exactly when every name is. Other entries are read one by one.
+    fn parse(message: Bytes) -> Result<(Self, Bytes), String> {
         let mut hasher = ListHasher::default();
         let (mut count, mut longest, mut pos) = (0, 0, 0);
-        // The run of canonical entries not hashed yet: `run.0..run.1` of `message`.
+        // The run of one-byte-framed entries not checked and hashed yet: `run.0..run.1`.
         let mut run = (0, 0);
-        while let Some((entry, name)) = next_name(&message, &mut pos)? {
-            let name = str::from_utf8(name).map_err(|e| format!("resource_names: {e}"))?;
-            count += 1;
-            longest = longest.max(name.len());
-            let name_start = pos - name.len();
-            let mut buf = [0u8; 10];
-            let n = encode_varint(name.len() as u64, &mut buf);
-            let len = &buf[..n];
-            let canonical = message.get(entry) == Some(&ListHasher::ENTRY_KEY)
-                && message.get(entry + 1..name_start) == Some(len);
-            if canonical && run.1 == entry {
-                run.1 = pos;
+        let mut others = Others::default();
+        let msg = &message[..];
+        while pos < msg.len() {
+            if let [ListHasher::ENTRY_KEY, len, ..] = msg[pos..]
+                && len < 0x80
+            {
+                let end = pos + 2 + usize::from(len);
+                if end > msg.len() {
+                    return Err("field runs past the message".to_owned());
+                }
+                if run.1 != pos {
+                    flush_run(msg, run, &mut hasher)?;
+                    run.0 = pos;
+                }
+                run.1 = end;
+                count += 1;
+                longest = longest.max(usize::from(len));
+                pos = end;
                 continue;
             }
-            hasher.add_encoded(message.get(run.0..run.1).unwrap_or_default());
-            run = (pos, pos);
-            if canonical {
-                run.0 = entry;
-            } else {
-                hasher.add(name);
+            let entry = pos;
+            match next_field(msg, &mut pos)? {
+                Some(name) => {
+                    let name = str::from_utf8(name).map_err(|e| format!("resource_names: {e}"))?;
+                    count += 1;
+                    longest = longest.max(name.len());
+                    // In list order: the run before it first.
+                    flush_run(msg, run, &mut hasher)?;
+                    run = (pos, pos);
+                    hasher.add(name);
+                }
+                None => others.add(entry, pos),
             }
         }
-        hasher.add_encoded(message.get(run.0..run.1).unwrap_or_default());
-        Ok(Self {
+        flush_run(msg, run, &mut hasher)?;
+        let rest = others.bytes(&message);
+        let list = Self {
             hash: hasher.finish(),
             message,
             count,
             longest,
-        })
+        };
+        Ok((list, rest))
     }
 
     /// The longest name's length in bytes.
@@ -138,40 +160,83 @@ impl SotwNames for NameList {
         let mut pos = 0;
         // `parse` checked the framing and every name, so neither can fail here.
         std::iter::from_fn(move || next_name(&self.message, &mut pos).ok().flatten())
-            .filter_map(|(_, n)| str::from_utf8(n).ok())
+            .filter_map(|n| str::from_utf8(n).ok())
     }
 }
 
-/// The next `resource_names` entry at or after `pos`, skipping every other field: where its key
-/// starts, and the name's bytes.
-fn next_name<'a>(msg: &'a [u8], pos: &mut usize) -> Result<Option<(usize, &'a [u8])>, String> {
+/// The next `resource_names` entry at or after `pos`, skipping every other field: the name's bytes.
+fn next_name<'a>(msg: &'a [u8], pos: &mut usize) -> Result<Option<&'a [u8]>, String> {
     while *pos < msg.len() {
-        let entry = *pos;
-        let key = varint(msg, pos)?;
-        let (field, wire) = (key >> 3, key & 7);
-        if field == 0 {
-            return Err("field number 0".to_owned());
-        }
-        let skip = match wire {
-            VARINT => {
-                varint(msg, pos)?;
-                0
-            }
-            FIXED64 => 8,
-            FIXED32 => 4,
-            LEN => usize::try_from(varint(msg, pos)?).map_err(|_| "length overflow".to_owned())?,
-            w => return Err(format!("unsupported wire type {w}")),
-        };
-        let end = pos
-            .checked_add(skip)
-            .filter(|end| *end <= msg.len())
-            .ok_or_else(|| "field runs past the message".to_owned())?;
-        let start = std::mem::replace(pos, end);
-        if field == NAMES_FIELD && wire == LEN {
-            return Ok(Some((entry, &msg[start..end])));
+        if let Some(name) = next_field(msg, pos)? {
+            return Ok(Some(name));
         }
     }
     Ok(None)
+}
+
+/// Reads the field at `pos` (which must be before the end) and moves past it: the name's bytes
+/// when it is a `resource_names` entry, `None` for any other field.
+fn next_field<'a>(msg: &'a [u8], pos: &mut usize) -> Result<Option<&'a [u8]>, String> {
+    let key = varint(msg, pos)?;
+    let (field, wire) = (key >> 3, key & 7);
+    if field == 0 {
+        return Err("field number 0".to_owned());
+    }
+    let skip = match wire {
+        VARINT => {
+            varint(msg, pos)?;
+            0
+        }
+        FIXED64 => 8,
+        FIXED32 => 4,
+        LEN => usize::try_from(varint(msg, pos)?).map_err(|_| "length overflow".to_owned())?,
+        w => return Err(format!("unsupported wire type {w}")),
+    };
+    let end = pos
+        .checked_add(skip)
+        .filter(|end| *end <= msg.len())
+        .ok_or_else(|| "field runs past the message".to_owned())?;
+    let start = std::mem::replace(pos, end);
+    Ok((field == NAMES_FIELD && wire == LEN).then(|| &msg[start..end]))
+}
+
+/// Checks a run of one-byte-framed entries (`parse`) as UTF-8 and adds it to the hash.
+fn flush_run(msg: &[u8], run: (usize, usize), hasher: &mut ListHasher) -> Result<(), String> {
+    let entries = msg.get(run.0..run.1).unwrap_or_default();
+    if !entries.is_empty() {
+        str::from_utf8(entries).map_err(|e| format!("resource_names: {e}"))?;
+        hasher.add_encoded(entries);
+    }
+    Ok(())
+}
+
+/// Where a message's fields other than `resource_names` lie, adjacent ones merged.
+#[derive(Default)]
+struct Others(Vec<(usize, usize)>);
+
+impl Others {
+    fn add(&mut self, start: usize, end: usize) {
+        match self.0.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => self.0.push((start, end)),
+        }
+    }
+
+    /// Their bytes, in order: a slice of `message` when they lie together (before or after the
+    /// names), else a copy (small: the names are left out).
+    fn bytes(&self, message: &Bytes) -> Bytes {
+        match self.0[..] {
+            [] => Bytes::new(),
+            [(start, end)] => message.slice(start..end),
+            ref ranges => {
+                let mut out = Vec::with_capacity(ranges.iter().map(|(s, e)| e - s).sum());
+                for (s, e) in ranges {
+                    out.extend_from_slice(message.get(*s..*e).unwrap_or_default());
+                }
+                Bytes::from(out)
+            }
+        }
+    }
 }
 
 /// A base-128 varint at `pos` (at most 10 bytes).
@@ -193,7 +258,7 @@ mod tests {
     use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 
     use super::*;
-    use crate::xds::subscription::list_hash;
+    use crate::xds::subscription::{encode_varint, list_hash};
 
     fn encode(req: &DiscoveryRequest) -> Bytes {
         Bytes::from(req.encode_to_vec())
@@ -269,5 +334,38 @@ mod tests {
         // A length past the end is malformed.
         bad[1] = 9;
         assert!(SotwRequest::from_frame(Bytes::from(bad)).is_err());
+    }
+
+    #[test]
+    fn a_bad_name_inside_a_run_of_good_ones_is_malformed() {
+        // TRANS-10: checked a run at a time, still every name: the first, a middle and the last
+        // entry of a run; a split multi-byte character; a name after a 200-byte one.
+        let ok = |n: &[u8]| [&[ListHasher::ENTRY_KEY, n.len() as u8][..], n].concat();
+        let good = [ok(b"a"), ok("é".as_bytes()), ok(b"c")].concat();
+        assert_eq!(
+            SotwRequest::from_frame(Bytes::from(good.clone()))
+                .unwrap()
+                .names
+                .each()
+                .collect::<Vec<_>>(),
+            ["a", "é", "c"]
+        );
+        let bad = ok(&[0xff]);
+        for at in [0, 1, 3] {
+            let mut runs = vec![ok(b"a"), ok(b"b"), ok(b"c")];
+            runs.insert(at, bad.clone());
+            let err = SotwRequest::from_frame(Bytes::from(runs.concat())).unwrap_err();
+            assert!(err.contains("resource_names"), "{err}");
+        }
+        let split = [ok(&"é".as_bytes()[..1]), ok(&"é".as_bytes()[1..])].concat();
+        assert!(SotwRequest::from_frame(Bytes::from(split)).is_err());
+        let long = DiscoveryRequest {
+            resource_names: vec!["x".repeat(200), "y".into()],
+            ..Default::default()
+        };
+        let mut msg = long.encode_to_vec();
+        let last = msg.len() - 1;
+        msg[last] = 0xc3;
+        assert!(SotwRequest::from_frame(Bytes::from(msg)).is_err());
     }
 }
