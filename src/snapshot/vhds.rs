@@ -45,7 +45,12 @@ impl VhdsForm {
 
     /// The form of build `seq`, this one brought in step with the route configurations `set` changed
     /// or removed in `routes`; the virtual hosts that changed are recorded in `set`.
-    pub(crate) fn follow_routes(&self, routes: &TypeResources, set: &mut ChangeSet, seq: u64) -> Self {
+    pub(crate) fn follow_routes(
+        &self,
+        routes: &TypeResources,
+        set: &mut ChangeSet,
+        seq: u64,
+    ) -> Self {
         let touched: Vec<Arc<str>> = set.changed[ResourceType::Route.index()]
             .iter()
             .chain(&set.removed[ResourceType::Route.index()])
@@ -81,7 +86,8 @@ impl VhdsForm {
                 Ok(split) => split,
                 Err(e) => {
                     // Never happens with what tributary encodes; keep what VHDS clients had.
-                    tracing::error!(route = %name, error = %e, "cannot split route configuration for VHDS");
+                    let route = &*name;
+                    tracing::error!(route, error = %e, "cannot split route configuration for VHDS");
                     continue;
                 }
             };

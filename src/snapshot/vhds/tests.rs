@@ -180,11 +180,11 @@ fn a_vhds_client_arriving_late_sees_what_one_there_from_the_start_sees() {
     let (e, l) = last.expect("builds");
     assert!(l.vhds.get().is_none(), "no split before the first VHDS read");
     assert_eq!(seen(&l), seen(&e), "same virtual hosts, same versions");
-    assert_eq!(names(&l.resources_for(ResourceType::VirtualHost, vhds())), [format!("80/{A}:80"), format!("80/{B}:80")]);
+    let vhs = l.resources_for(ResourceType::VirtualHost, vhds());
+    assert_eq!(names(&vhs), [format!("80/{A}:80"), format!("80/{B}:80")]);
     // The late builder's VirtualHost history starts at its first split: asking for earlier changes
     // falls back to `changed_seq`, which puts every virtual host after it.
     assert!(l.changes_since(ResourceType::VirtualHost, l.seq - 1).is_none());
-    let vhs = l.resources_for(ResourceType::VirtualHost, vhds());
     assert!(vhs.entries.values().all(|e| e.changed_seq == l.seq));
     // From the read on, both builders follow the route configurations alike.
     let change = || BuildInput {
