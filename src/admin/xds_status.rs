@@ -74,7 +74,7 @@ impl XdsStatus for Connections {
                         requested: t.requested,
                         wildcard: t.wildcard,
                         names: t.names.iter().cloned().collect(),
-                        sent_version: t.sent_version.clone(),
+                        sent_version: t.sent_version.as_deref().map(str::to_owned),
                         sent_at: t.sent_at,
                     };
                     (*ty, view)

@@ -62,13 +62,13 @@ pub struct TypeStatus {
     /// Nonce of the last response sent.
     pub sent_nonce: Option<Arc<str>>,
     /// `version_info` of the last response sent.
-    pub sent_version: Option<String>,
+    pub sent_version: Option<Arc<str>>,
     /// When it was sent.
     pub sent_at: Option<SystemTime>,
     /// Nonce the client last acknowledged.
     pub acked_nonce: Option<Arc<str>>,
     /// `version_info` the client last acknowledged (as the client sent it, bounded).
-    pub acked_version: Option<String>,
+    pub acked_version: Option<Arc<str>>,
     /// Message of the client's last NACK, if its last request was one (bounded).
     pub last_error: Option<String>,
     /// SotW EDS/RDS: the names the last response carried (what a NACK of it rejects); `None` for

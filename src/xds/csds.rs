@@ -222,12 +222,12 @@ fn resources_of(
         let error_state =
             (client_status == ClientResourceStatus::Nacked).then(|| UpdateFailureState {
                 details: st.last_error.clone().unwrap_or_default(),
-                version_info: st.sent_version.clone().unwrap_or_default(),
+                version_info: st.sent_version.as_deref().unwrap_or_default().to_owned(),
                 last_update_attempt: st.sent_at.and_then(timestamp),
                 ..Default::default()
             });
         let version_info = match client_status {
-            ClientResourceStatus::Acked => st.acked_version.clone().unwrap_or_default(),
+            ClientResourceStatus::Acked => st.acked_version.as_deref().unwrap_or_default().to_owned(),
             _ => String::new(),
         };
         out.push(GenericXdsConfig {

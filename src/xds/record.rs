@@ -18,6 +18,8 @@ pub(crate) const MAX_CLIENT_VERSION_BYTES: usize = 128;
 pub(crate) struct Sent {
     pub nonce: Arc<str>,
     pub version: TypeVersion,
+    /// `version` as the response's `version_info` spells it, written once for client status.
+    pub version_text: Arc<str>,
     pub at: SystemTime,
 }
 
@@ -27,6 +29,7 @@ impl Sent {
         Self {
             nonce,
             version,
+            version_text: Arc::from(version.to_string()),
             at: SystemTime::now(),
         }
     }

@@ -120,7 +120,7 @@ pub(crate) struct DeltaState {
     sent: Option<Sent>,
     /// The state before the response still staged, if one is.
     staged: Option<Restore>,
-    acked: Option<(Arc<str>, String)>,
+    acked: Option<(Arc<str>, Arc<str>)>,
     last_error: Option<String>,
     /// The snapshot this type was last brought up to.
     synced_seq: u64,
@@ -183,9 +183,9 @@ impl DeltaState {
             Kind::Initial
         } else if req.nonce.is_empty() {
             Kind::Update
-        } else if matches_sent {
-            let version = self.sent.as_ref().map(|s| s.version.to_string());
-            self.acked = Some((Arc::from(req.nonce), version.unwrap_or_default()));
+        } else if let Some(sent) = self.sent.as_ref().filter(|_| matches_sent) {
+            // What was sent, shared: the ACK names our nonce and the version is ours (DELTA-3).
+            self.acked = Some((Arc::clone(&sent.nonce), Arc::clone(&sent.version_text)));
             self.last_error = None;
             Kind::Ack
         } else {
@@ -459,10 +459,10 @@ impl DeltaState {
             wildcard: self.sub.wildcard,
             names: self.sub.names.clone(),
             sent_nonce: self.sent.as_ref().map(|s| Arc::clone(&s.nonce)),
-            sent_version: self.sent.as_ref().map(|s| s.version.to_string()),
+            sent_version: self.sent.as_ref().map(|s| Arc::clone(&s.version_text)),
             sent_at: self.sent.as_ref().map(|s| s.at),
             acked_nonce: self.acked.as_ref().map(|a| Arc::clone(&a.0)),
-            acked_version: self.acked.as_ref().map(|a| a.1.clone()),
+            acked_version: self.acked.as_ref().map(|a| Arc::clone(&a.1)),
             last_error: self.last_error.clone(),
             last_names: None,
         }

@@ -71,7 +71,7 @@ pub(crate) struct SotwState {
     last_names: Option<Arc<[Arc<str>]>>,
     /// `sent` before the currently staged response, restored if that response is recalled.
     before_staged: Option<Option<Sent>>,
-    acked: Option<(Arc<str>, String)>,
+    acked: Option<(Arc<str>, Arc<str>)>,
     last_error: Option<String>,
     /// The snapshot this type's client state was last brought up to.
     synced_seq: u64,
@@ -214,11 +214,14 @@ impl SotwState {
             Kind::Nack
         } else if initial {
             Kind::Initial
-        } else if matches_sent {
-            self.acked = Some((
-                Arc::from(nonce),
-                bounded(version_info, MAX_CLIENT_VERSION_BYTES),
-            ));
+        } else if let Some(sent) = self.sent.as_ref().filter(|_| matches_sent) {
+            // The nonce and, from a well-behaved client, the version are those we sent: shared.
+            let version = if *sent.version_text == *version_info {
+                Arc::clone(&sent.version_text)
+            } else {
+                Arc::from(bounded(version_info, MAX_CLIENT_VERSION_BYTES))
+            };
+            self.acked = Some((Arc::clone(&sent.nonce), version));
             self.last_error = None;
             Kind::Ack
         } else {
@@ -547,10 +550,10 @@ impl SotwState {
             wildcard: self.sub.wildcard,
             names: self.sub.names.clone(),
             sent_nonce: self.sent.as_ref().map(|s| Arc::clone(&s.nonce)),
-            sent_version: self.sent.as_ref().map(|s| s.version.to_string()),
+            sent_version: self.sent.as_ref().map(|s| Arc::clone(&s.version_text)),
             sent_at: self.sent.as_ref().map(|s| s.at),
             acked_nonce: self.acked.as_ref().map(|a| Arc::clone(&a.0)),
-            acked_version: self.acked.as_ref().map(|a| a.1.clone()),
+            acked_version: self.acked.as_ref().map(|a| Arc::clone(&a.1)),
             last_error: self.last_error.clone(),
             last_names: self.last_names.clone(),
         }
