@@ -341,12 +341,12 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
                     type_url: wire::EDS,
                     name: MeshSpec::cluster(k % spec.services),
                 },
-                "new service" => Marker::Carries {
-                    type_url: wire::CDS,
-                    name: MeshSpec::cluster(extra),
+                // A service is reached when it is routable: its route, not its cluster.
+                "new service" => Marker::Routable {
+                    host: MeshSpec::hostname(extra),
                 },
-                _ => Marker::Removes {
-                    name: MeshSpec::cluster(extra),
+                _ => Marker::Unroutable {
+                    host: MeshSpec::hostname(extra),
                 },
             };
             let cpu0 = server.cpu();
