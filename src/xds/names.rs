@@ -49,7 +49,7 @@ impl SharedNames {
         if names.len() < MIN_SHARED_LEN {
             return;
         }
-        let key = set_hash(names);
+        let key = set_hash(names.iter().map(|n| &**n));
         // Compared outside the lock: a clone of a persistent set is a pointer copy.
         let found = self.lock().sets.get(&key).cloned();
         if let Some(shared) = found {
@@ -72,6 +72,19 @@ impl SharedNames {
         table.names += names.len();
     }
 
+    /// The remembered set equal to `sorted` (sorted, without repeats), if any: a stream's first
+    /// list that other streams hold already takes their set whole, building nothing (every proxy
+    /// of a storm names the same clusters). One pass to hash, one to compare.
+    pub(crate) fn find(&self, sorted: &[&str]) -> Option<OrdSet<Arc<str>>> {
+        if sorted.len() < MIN_SHARED_LEN {
+            return None;
+        }
+        let key = set_hash(sorted.iter().copied());
+        let found = self.lock().sets.get(&key).cloned()?;
+        let equal = found.len() == sorted.len() && found.iter().zip(sorted).all(|(a, b)| **a == **b);
+        equal.then_some(found)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Table> {
         // The table is only ever left consistent (plain inserts and clears); a panic elsewhere
         // while it was held does not make it wrong.
@@ -80,7 +93,7 @@ impl SharedNames {
 }
 
 /// A hash of a set's names in order, each length-prefixed so no two sets share an encoding.
-fn set_hash(names: &OrdSet<Arc<str>>) -> u128 {
+fn set_hash<'a>(names: impl Iterator<Item = &'a str>) -> u128 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     for n in names {
         h.update(&(n.len() as u64).to_le_bytes());
@@ -128,6 +141,20 @@ mod tests {
             !small.ptr_eq(&small2),
             "below MIN_SHARED_LEN nothing is looked up"
         );
+    }
+
+    #[test]
+    fn a_sorted_list_finds_the_equal_set() {
+        let table = SharedNames::default();
+        let mut a = set(0..2_000);
+        table.share(&mut a);
+        let names: Vec<Arc<str>> = a.iter().cloned().collect();
+        let mut listed: Vec<&str> = names.iter().map(|n| &**n).collect();
+        let found = table.find(&listed).expect("the same names");
+        assert!(found.ptr_eq(&a), "taken whole, not rebuilt");
+        listed.pop();
+        assert!(table.find(&listed).is_none(), "one name fewer");
+        assert!(table.find(&listed[..4]).is_none(), "below MIN_SHARED_LEN");
     }
 
     #[test]

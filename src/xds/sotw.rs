@@ -25,6 +25,7 @@ use super::names::SharedNames;
 use super::per_type::PerType;
 use super::request::{Kind, MAX_NAME_BYTES, MAX_NAMES_PER_REQUEST, check_names};
 use super::response::{self, TooLarge};
+use super::subscription::Known;
 use super::stream::Protocol;
 use super::subscription::SotwNames;
 use crate::envoy::ResourceType;
@@ -96,7 +97,10 @@ impl Protocol for Sotw {
             &req.version_info,
             &req.names,
             Self::error(req),
-            known,
+            Known {
+                resources: known,
+                sets: Some(shared),
+            },
         );
         if !state.sub().names.ptr_eq(&before) {
             shared.share(&mut state.sub_mut().names);

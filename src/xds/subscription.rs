@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use imbl::OrdSet;
 
+use super::names::SharedNames;
 use crate::envoy::ResourceType;
 use crate::snapshot::TypeResources;
 
@@ -59,6 +60,15 @@ impl SotwNames for [String] {
     }
 }
 
+/// What a SotW request's newly subscribed names are taken from instead of being copied.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Known<'a> {
+    /// The newest snapshot's resources of the type: a name that exists shares its key (`intern`).
+    pub resources: Option<&'a TypeResources>,
+    /// The name sets streams hold: a first list equal to one of them takes it whole.
+    pub sets: Option<&'a SharedNames>,
+}
+
 /// How one request changed a [`Subscription`].
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Change {
@@ -106,17 +116,18 @@ impl Subscription {
     ///   (LDS, CDS) and only while the client has never sent a non-empty list;
     /// - otherwise an empty list unsubscribes from everything.
     pub fn apply_sotw(&mut self, ty: ResourceType, requested: &[String]) -> Change {
-        self.apply_sotw_known(ty, requested, None)
+        self.apply_sotw_known(ty, requested, Known::default())
     }
 
     /// [`Self::apply_sotw`], taking each newly subscribed name's `Arc` from `known` (the newest
     /// snapshot's resources of the type) when it names an existing resource, so the stream holds
-    /// no copy of its own (see `intern`). `requested` may be any [`SotwNames`].
-    pub fn apply_sotw_known<N: SotwNames + ?Sized>(
+    /// no copy of its own (see `intern`), or a first list's whole set from `known.sets`.
+    /// `requested` may be any [`SotwNames`].
+    pub(crate) fn apply_sotw_known<N: SotwNames + ?Sized>(
         &mut self,
         ty: ResourceType,
         requested: &N,
-        known: Option<&TypeResources>,
+        known: Known<'_>,
     ) -> Change {
         self.requested = true;
         let list = requested.list_key();
@@ -140,13 +151,20 @@ impl Subscription {
                 listed.sort_unstable();
             }
             listed.dedup();
+            let first = self.names.is_empty() && listed.binary_search(&WILDCARD).is_err();
+            if let Some(set) = known.sets.filter(|_| first).and_then(|s| s.find(&listed)) {
+                // Another stream's set with these very names: taken whole, nothing built.
+                change.added = set.iter().cloned().collect();
+                self.names = set;
+                return self.set_wildcard(false, change);
+            }
             let mut held = self.names.iter().peekable();
             for &name in listed.iter().filter(|n| **n != WILDCARD) {
                 while let Some(gone) = held.next_if(|h| &***h < name) {
                     change.removed.push(Arc::clone(gone));
                 }
                 if held.next_if(|h| &***h == name).is_none() {
-                    change.added.push(intern(name, known));
+                    change.added.push(intern(name, known.resources));
                 }
             }
             change.removed.extend(held.cloned());
@@ -158,6 +176,11 @@ impl Subscription {
             }
             listed.contains(&WILDCARD)
         };
+        self.set_wildcard(wildcard, change)
+    }
+
+    /// Records the wildcard a SotW list left, and whether that switched it on or off.
+    fn set_wildcard(&mut self, wildcard: bool, mut change: Change) -> Change {
         change.wildcard_on = wildcard && !self.wildcard;
         change.wildcard_off = !wildcard && self.wildcard;
         self.wildcard = wildcard;
@@ -324,6 +347,40 @@ mod tests {
 
     fn names(s: &Subscription) -> Vec<&str> {
         s.names.iter().map(|n| &**n).collect()
+    }
+
+    #[test]
+    fn a_first_list_another_stream_holds_takes_its_set() {
+        // The storm's case: thousands of proxies name the same 2,000 clusters.
+        let sets = SharedNames::default();
+        let listed: Vec<String> = (0..100).rev().map(|i| format!("c{i:03}")).collect();
+        let ty = ResourceType::Endpoint;
+        let known = Known {
+            resources: None,
+            sets: Some(&sets),
+        };
+        let mut first = Subscription::default();
+        first.apply_sotw_known(ty, &listed[..], known);
+        sets.share(&mut first.names);
+
+        let mut second = Subscription::default();
+        let c = second.apply_sotw_known(ty, &listed[..], known);
+        assert!(second.names.ptr_eq(&first.names));
+        assert_eq!(c.added.len(), 100, "every name is new to this stream");
+        assert!(!second.wildcard && !c.wildcard_on);
+        // Its next list is read against the set as usual.
+        let c = second.apply_sotw_known(ty, &listed[1..], known);
+        assert_eq!(c.removed, vec![Arc::<str>::from("c099")]);
+        assert_eq!(first.names.len(), 100, "the other stream's set is untouched");
+
+        // With "*" the list is no set of names: read name by name.
+        let mut wild = Subscription::default();
+        let mut with_wildcard = listed.clone();
+        with_wildcard.push(WILDCARD.into());
+        let c = wild.apply_sotw_known(ResourceType::Cluster, &with_wildcard[..], known);
+        assert!(wild.wildcard && c.wildcard_on);
+        assert!(!wild.names.ptr_eq(&first.names));
+        assert_eq!(wild.names, first.names);
     }
 
     #[test]

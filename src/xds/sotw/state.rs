@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use imbl::OrdSet;
 
 use super::super::cache::FullSetCache;
 use super::super::connections::TypeStatus;
@@ -19,7 +20,7 @@ use super::super::record::{MAX_CLIENT_VERSION_BYTES, MAX_ERROR_BYTES, Sent, boun
 use super::super::per_type::TypeState;
 use super::super::request::Kind;
 use super::super::response::empty_cla;
-use super::super::subscription::{Change, SotwNames, Subscription};
+use super::super::subscription::{Change, Known, SotwNames, Subscription};
 use crate::envoy::ResourceType;
 use crate::snapshot::{Snapshot, TypeResources, TypeVersion, View};
 
@@ -187,18 +188,17 @@ impl SotwState {
         names: &[String],
         error: Option<&str>,
     ) -> Kind {
-        self.on_request_known(nonce, version_info, names, error, None)
+        self.on_request_known(nonce, version_info, names, error, Known::default())
     }
 
-    /// Applies one request; newly subscribed names share `known`'s keys (the newest snapshot's
-    /// resources of the type) where they exist.
+    /// Applies one request; newly subscribed names are taken from `known` where it has them.
     pub(crate) fn on_request_known<N: SotwNames + ?Sized>(
         &mut self,
         nonce: &str,
         version_info: &str,
         names: &N,
         error: Option<&str>,
-        known: Option<&TypeResources>,
+        known: Known<'_>,
     ) -> Kind {
         let initial = !self.sub.requested();
         let matches_sent = self.sent.as_ref().is_some_and(|s| *s.nonce == *nonce);
@@ -359,7 +359,11 @@ impl SotwState {
             change_driven: false,
         };
         if self.ty.full_state_in_sotw() {
-            let changed = since < snap.seq
+            // Only needed to decide whether to answer (nothing owed) or to call the answer
+            // change-driven (not a first one): a first answer skips reading the history.
+            let needed = !owed || since > 0;
+            let changed = needed
+                && since < snap.seq
                 && if self.sub.wildcard {
                     self.sent.as_ref().is_none_or(|s| s.version != res.version)
                 } else {
@@ -385,11 +389,14 @@ impl SotwState {
                     built.entries.push(full_sets.get(self.ty, view, &res));
                 }
                 // Warming scope (SOTW-32): what this response adds or changes for the client.
-                built.warming = match (pending.all, snap.changes_since(self.ty, since)) {
-                    (false, Some(c)) => {
-                        Warming::Some(c.changed.into_iter().chain(pending.names).collect())
-                    }
-                    _ => Warming::All,
+                // Read only when not everything is owed: a first answer (every stream of a storm)
+                // would merge the whole history into a set it then drops.
+                let since_changes = (!pending.all)
+                    .then(|| snap.changes_since(self.ty, since))
+                    .flatten();
+                built.warming = match since_changes {
+                    Some(c) => Warming::Some(c.changed.into_iter().chain(pending.names).collect()),
+                    None => Warming::All,
                 };
             } else {
                 let mut warming = Vec::new();
@@ -430,6 +437,17 @@ impl SotwState {
             return Some(built);
         }
         // EDS / RDS: only what changed or is owed (SOTW-26).
+        if pending.all
+            && !self.sub.wildcard
+            && let Some(names) = every_resource(&self.sub.names, &res)
+        {
+            // The names are exactly the type's resources (a proxy's first EDS request for all its
+            // clusters): the same bytes for every such stream, shared whole in name order (see
+            // `cache.rs`), found in one walk beside the resources.
+            built.entries = vec![full_sets.get(self.ty, view, &res)];
+            built.names = names;
+            return Some(built);
+        }
         let mut forced: BTreeSet<Arc<str>> = BTreeSet::new();
         let mut changed: BTreeSet<Arc<str>> = BTreeSet::new();
         if pending.all {
@@ -537,6 +555,16 @@ impl SotwState {
             last_names: self.last_names.clone(),
         }
     }
+}
+
+/// `names` as a list when they are exactly the names of `res` (both sorted): one walk, no lookups.
+fn every_resource(names: &OrdSet<Arc<str>>, res: &TypeResources) -> Option<Arc<[Arc<str>]>> {
+    let same = names.len() == res.len()
+        && names
+            .iter()
+            .zip(res.entries.keys())
+            .all(|(a, b)| Arc::ptr_eq(a, b) || a == b);
+    same.then(|| names.iter().cloned().collect())
 }
 
 #[cfg(test)]

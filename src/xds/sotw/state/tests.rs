@@ -237,3 +237,29 @@ fn an_eds_answer_with_every_assignment_is_one_shared_chunk() {
     let built = send(&mut some, &s1, &cache, "n1").expect("initial response");
     assert_eq!(built.entries.len(), 2);
 }
+
+#[test]
+fn a_first_request_for_every_resource_is_answered_with_the_shared_full_set() {
+    // SOTW-26: the answer carries what was asked; when that is every CLA, it is the one shared
+    // chunk every such stream sends.
+    let mut b = SnapshotBuilder::new();
+    let s1 = snap(&mut b, vec![cla("a", 1), cla("b", 1), cla("c", 1)]);
+    let cache = FullSetCache::default();
+    let all: Vec<Arc<str>> = ["a", "b", "c"].map(Arc::from).to_vec();
+
+    let mut every = SotwState::new(ResourceType::Endpoint);
+    every.on_request("", "", &names(&["c", "a", "b"]), None);
+    let built = send(&mut every, &s1, &cache, "n1").expect("response");
+    assert_eq!(built.entries.len(), 1, "one shared chunk");
+    assert_eq!(built.names[..], all[..]);
+    let res = s1.resources_for(ResourceType::Endpoint, View::Envoy);
+    assert_eq!(built.entries[0], cache.get(ResourceType::Endpoint, View::Envoy, &res));
+
+    // As many names, not the same ones: each answered on its own, the unknown one empty (SOTW-27).
+    let mut other = SotwState::new(ResourceType::Endpoint);
+    other.on_request("", "", &names(&["a", "b", "z"]), None);
+    let built = send(&mut other, &s1, &cache, "n1").expect("response");
+    assert_eq!(built.entries.len(), 3);
+    assert_eq!(built.names[..], ["a", "b", "z"].map(Arc::from)[..]);
+    assert_eq!(built.entries[2], empty_cla("z").sotw_entry().clone());
+}
