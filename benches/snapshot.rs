@@ -1,7 +1,8 @@
 //! What one registry change costs inside tributary, on the load tool's `large` mesh
 //! (10,000 services × 2 ports × 10 endpoints): building the snapshot from scratch and after one
 //! endpoint change, encoding one service's resources, merging one hostname across two registries,
-//! and finding what one delta stream must send after that change.
+//! and finding what one delta stream must send after that change. On the `medium` mesh (1,000
+//! services): the build after one service is added, with and without a VHDS client.
 //!
 //! `cargo bench --bench snapshot`; numbers and their reading are in BENCHMARKS.md.
 
@@ -11,16 +12,18 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use tributary::aggregate::{MergedService, merge};
 use tributary::envoy::{GenerateOptions, ResourceType, clusters_for, load_assignments_for};
-use tributary::snapshot::MeshBuilder;
+use tributary::snapshot::{MeshBuilder, View};
 use tributary_registries::mock::{EndpointSpec, PortSpec, ServiceSpec};
 use tributary_registries::{ClusterId, Hostname, Origin, Protocol, RegistryId, ServiceState};
 
 const SERVICES: usize = 10_000;
+/// The load tool's `medium` mesh, where a route configuration is ~360 KB.
+const MEDIUM_SERVICES: usize = 1_000;
 const PORTS: usize = 2;
 const ENDPOINTS: usize = 10;
 
@@ -74,12 +77,49 @@ fn merged(i: usize, generation: u16) -> (Hostname, Option<Arc<MergedService>>) {
     (host, merge([&s]).map(Arc::new))
 }
 
-fn mesh() -> Vec<(Hostname, Option<Arc<MergedService>>)> {
-    (0..SERVICES).map(|i| merged(i, 0)).collect()
+fn mesh(services: usize) -> Vec<(Hostname, Option<Arc<MergedService>>)> {
+    (0..services).map(|i| merged(i, 0)).collect()
+}
+
+/// The build that adds one service to the `medium` mesh (the service is deleted again, untimed,
+/// before each add). With `vhds`, a VHDS client has read the snapshot first, so the builder keeps
+/// the route configurations' VHDS form in step.
+fn service_add(c: &mut Criterion, vhds: bool) {
+    let mut builder = MeshBuilder::new(GenerateOptions::default());
+    let base = builder
+        .apply(mesh(MEDIUM_SERVICES), Instant::now())
+        .expect("first build");
+    if vhds {
+        let view = View::Vhds {
+            bind: None,
+            locality: None,
+        };
+        black_box(base.resources_for(ResourceType::VirtualHost, view));
+    }
+    let (host, added) = merged(MEDIUM_SERVICES, 0);
+    let name = format!(
+        "snapshot build after one service add (medium, {} VHDS client)",
+        if vhds { "a" } else { "no" }
+    );
+    c.bench_function(&name, |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let change = vec![(host.clone(), added.clone())];
+                let started = Instant::now();
+                black_box(builder.apply(change, Instant::now()));
+                took += started.elapsed();
+                builder.apply(vec![(host.clone(), None)], Instant::now());
+            }
+            took
+        })
+    });
 }
 
 fn benches(c: &mut Criterion) {
-    let all = mesh();
+    service_add(c, false);
+    service_add(c, true);
+    let all = mesh(SERVICES);
     let mut g = c.benchmark_group("large mesh (10,000×2×10)");
     g.sample_size(10);
     g.bench_function("snapshot build from scratch", |b| {

@@ -29,7 +29,8 @@ pub use version::TypeVersion;
 pub(crate) use vhds::names_of as virtual_host_names_of;
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use imbl::OrdMap;
@@ -109,10 +110,13 @@ pub struct Snapshot {
     pub(crate) api_listeners: Arc<TypeResources>,
     /// Load assignments that differ by proxy locality, and their variants per locality.
     pub(crate) located: locality::LocatedEndpoints,
-    /// The route configurations as VHDS clients get them (no virtual hosts; those are the
-    /// [`ResourceType::VirtualHost`] resources). Same names as the route configurations, and they
-    /// change only when one is added or removed, so the Route history covers them.
-    pub(crate) vhds_routes: Arc<TypeResources>,
+    /// The route configurations as VHDS clients get them, and the [`ResourceType::VirtualHost`]
+    /// resources (`types` holds none): built with the snapshot once a VHDS client read an earlier
+    /// one, else split on this snapshot's first VHDS read (`vhds.rs`).
+    pub(crate) vhds: OnceLock<vhds::VhdsForm>,
+    /// Raised by the first VHDS read of any snapshot of the same builder: from then on each build
+    /// brings the VHDS form in step.
+    pub(crate) vhds_demand: Arc<AtomicBool>,
 }
 
 /// Which variant of the per-node resources a client sees. LDS differs by bind address and client
@@ -201,8 +205,10 @@ impl Snapshot {
     /// default's, and API listener changes are in the same history, so change tracking is shared.
     pub fn resources_for(&self, ty: ResourceType, view: View) -> Arc<TypeResources> {
         match (ty, view) {
-            (ResourceType::Route, View::Vhds { .. }) => Arc::clone(&self.vhds_routes),
-            (ResourceType::VirtualHost, View::Vhds { .. }) => Arc::clone(&self.types[ty.index()]),
+            (ResourceType::Route, View::Vhds { .. }) => Arc::clone(&self.vhds_form().routes),
+            (ResourceType::VirtualHost, View::Vhds { .. }) => {
+                Arc::clone(&self.vhds_form().virtual_hosts)
+            }
             // Only VHDS views see virtual hosts as resources of their own.
             (ResourceType::VirtualHost, _) => Arc::new(TypeResources::default()),
             (_, View::Vhds { .. }) => self.resources_for(ty, view.inline()),
@@ -232,6 +238,20 @@ impl Snapshot {
     /// What changed in type `ty` after snapshot `since`, up to this one; `None` when `since` is older
     /// than the history kept, and the caller must compare by [`Entry::changed_seq`] instead.
     pub fn changes_since(&self, ty: ResourceType, since: u64) -> Option<Changes> {
+        if ty == ResourceType::VirtualHost && self.vhds.get().is_none_or(|f| since < f.split_at) {
+            // The builds up to the first split recorded no virtual host.
+            return None;
+        }
         self.history.since(ty, since, self.seq)
+    }
+
+    /// The VHDS form, split now if no build made it (the first VHDS read of this snapshot).
+    fn vhds_form(&self) -> &vhds::VhdsForm {
+        self.vhds.get_or_init(|| {
+            // Raised first, so a build that starts meanwhile splits too rather than leave its
+            // snapshot without the form.
+            self.vhds_demand.store(true, Ordering::Relaxed);
+            vhds::VhdsForm::split(self.resources(ResourceType::Route), self.seq)
+        })
     }
 }

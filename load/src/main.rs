@@ -431,6 +431,7 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
         if let Some(f) = floor.changes.iter().find(|f| f.kind == c.change) {
             c.floor = Some(f.convergence);
             c.floor_responses = f.responses;
+            c.floor_server_cpu_s = Some(f.server_cpu_s);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -53,6 +53,8 @@ pub(crate) struct ChangeResult {
     pub floor: Option<Stats>,
     /// Responses the floor's clients received per type (CDS, EDS, LDS, RDS).
     pub floor_responses: [u64; 4],
+    /// The floor server's CPU seconds per event.
+    pub floor_server_cpu_s: Option<f64>,
 }
 
 /// One kind of change as a peer served it.
@@ -249,7 +251,7 @@ impl Report {
                 (key("cpu"), format!("{} server CPU per event", c.change)),
                 "s",
                 c.server_cpu_s,
-                None,
+                c.floor_server_cpu_s,
                 &|p| {
                     change_cell(p, c.change, |pc| {
                         pc.convergence.is_some().then_some(pc.server_cpu_s)

@@ -5,7 +5,8 @@
 //! ([`super::TypeVersion`]). A resource whose new encoding hashes the same as the old one is not a
 //! change at all: it keeps its `changed_seq`, and no stream will send it again.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use imbl::OrdMap;
@@ -43,6 +44,8 @@ pub struct BuildInput {
 #[derive(Default)]
 pub struct SnapshotBuilder {
     prev: Option<Arc<Snapshot>>,
+    /// Whether a VHDS client read one of our snapshots: shared with each of them, which raise it.
+    vhds_demand: Arc<AtomicBool>,
 }
 
 impl SnapshotBuilder {
@@ -85,11 +88,6 @@ impl SnapshotBuilder {
                     TypeResources::default(),
                 ),
             };
-        let mut vhds_routes = self
-            .prev
-            .as_ref()
-            .map(|p| (*p.vhds_routes).clone())
-            .unwrap_or_default();
         let mut set = ChangeSet {
             seq,
             ..Default::default()
@@ -107,11 +105,13 @@ impl SnapshotBuilder {
             };
             upsert(&mut types[resource.ty.index()], &mut set, seq, resource);
         }
-        let vh = ResourceType::VirtualHost.index();
-        let mut virtual_hosts = std::mem::take(&mut types[vh]);
-        let routes = &types[ResourceType::Route.index()];
-        super::vhds::follow_routes(routes, &mut vhds_routes, &mut virtual_hosts, &mut set, seq);
-        types[vh] = virtual_hosts;
+        let vhds = super::vhds::next(
+            self.prev.as_ref().and_then(|p| p.vhds.get()),
+            self.vhds_demand.load(Ordering::Relaxed),
+            &types[ResourceType::Route.index()],
+            &mut set,
+            seq,
+        );
         // API listeners share the Listener history: their names never collide with Envoy's.
         for name in input.api_removes {
             remove(&mut api, &mut set, ResourceType::Listener, &name);
@@ -150,7 +150,8 @@ impl SnapshotBuilder {
             issues,
             listeners: BoundListeners::new(listener_inputs),
             api_listeners: Arc::new(api),
-            vhds_routes: Arc::new(vhds_routes),
+            vhds: vhds.map_or_else(OnceLock::new, OnceLock::from),
+            vhds_demand: Arc::clone(&self.vhds_demand),
             located: LocatedEndpoints::next(
                 located,
                 self.prev

@@ -297,9 +297,15 @@ impl DeltaClient {
         }
     }
 
-    /// The stream ends with a status; no response comes before it.
+    /// The stream ends with a status within [`RESPONSE_TIMEOUT`]; no response comes before it.
     pub async fn expect_status(&mut self) -> Status {
-        match tokio::time::timeout(RESPONSE_TIMEOUT, self.rx.message()).await {
+        self.expect_status_within(RESPONSE_TIMEOUT).await
+    }
+
+    /// [`Self::expect_status`] within `t`: for a request whose reading costs the server more than
+    /// a loopback round trip.
+    pub async fn expect_status_within(&mut self, t: Duration) -> Status {
+        match tokio::time::timeout(t, self.rx.message()).await {
             Err(_) => panic!("stream did not end"),
             Ok(Ok(Some(resp))) => panic!("expected the stream to end, got {}", resp.type_url),
             Ok(Ok(None)) => Status::ok(""),

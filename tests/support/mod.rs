@@ -114,6 +114,28 @@ impl TestServer {
         Self::start(big.chain(extra).collect()).await
     }
 
+    /// On a server from [`Self::start_behind_big_cds`] with `cla("s", 1)` and `route("r", "c0")`,
+    /// whose client `node` stopped reading during the 1 MiB CDS response: changes `r` and waits
+    /// until its RDS response (after `rds_nonce`) is sent, which hyper holds, then changes `s` and
+    /// waits until the EDS response after `eds_nonce` is built and waits in the stream's slot
+    /// (SOTW-35). Returns that EDS response's nonce.
+    pub async fn stage_eds_behind_stuck_cds(
+        &self,
+        node: &str,
+        rds_nonce: &str,
+        eds_nonce: &str,
+    ) -> Option<Arc<str>> {
+        self.wait_status(node, CDS, |st| st.sent_nonce.is_some())
+            .await;
+        self.publish(vec![resources::route("r", "c1")], vec![]);
+        self.wait_status(node, RDS, |st| st.sent_nonce.as_deref() != Some(rds_nonce))
+            .await;
+        self.publish(vec![resources::cla("s", 2)], vec![]);
+        self.wait_status(node, EDS, |st| st.sent_nonce.as_deref() != Some(eds_nonce))
+            .await
+            .sent_nonce
+    }
+
     /// A server whose store has no snapshot yet (registries not synced).
     pub async fn start_unready() -> Self {
         Self::start_with(XdsOptions::default()).await
@@ -451,7 +473,13 @@ impl XdsClient {
 
     /// The stream ends with a status within [`RESPONSE_TIMEOUT`]; no response comes before it.
     pub async fn expect_status(&mut self) -> Status {
-        match tokio::time::timeout(RESPONSE_TIMEOUT, self.rx.message()).await {
+        self.expect_status_within(RESPONSE_TIMEOUT).await
+    }
+
+    /// [`Self::expect_status`] within `t`: for a request whose reading costs the server more than
+    /// a loopback round trip.
+    pub async fn expect_status_within(&mut self, t: Duration) -> Status {
+        match tokio::time::timeout(t, self.rx.message()).await {
             Err(_) => panic!("stream did not end"),
             Ok(Ok(Some(resp))) => panic!(
                 "expected the stream to end, got a {} response",

@@ -88,3 +88,24 @@ async fn without_the_opt_in_route_configurations_keep_their_virtual_hosts() {
     s.publish(vec![route(80, &["a.x", "b.x"])], vec![]);
     c.expect(RDS, &["80"], &[]).await;
 }
+
+// DELTA-22: route configurations are split for VHDS only from the first VHDS read on
+// (`src/snapshot/vhds.rs`); a client that connects after several builds (a port gone, services
+// added and deleted) gets exactly the current virtual hosts, and from then on each change as one.
+#[tokio::test]
+async fn a_vhds_client_arriving_after_many_builds_gets_the_current_virtual_hosts() {
+    let s = TestServer::start(vec![route(80, &["a.x"]), route(8080, &["z.x"])]).await;
+    s.publish(vec![route(80, &["a.x", "b.x", "c.x"])], vec![]);
+    s.publish(vec![route(80, &["a.x", "c.x"])], vec![(RDS, "8080")]);
+    let mut c = vhds_client(&s, true).await;
+    c.subscribe(RDS, &["80", "8080"]).await;
+    let routes = c.expect(RDS, &["80"], &["8080"]).await;
+    c.ack(&routes).await;
+    c.subscribe(VHDS, &[]).await;
+    let hosts = c.expect(VHDS, &["80/a.x:80", "80/c.x:80"], &[]).await;
+    c.ack(&hosts).await;
+    s.publish(vec![route(80, &["c.x"])], vec![]);
+    let removed = c.expect(VHDS, &[], &["80/a.x:80"]).await;
+    c.ack(&removed).await;
+    c.expect_no_response().await;
+}

@@ -597,19 +597,9 @@ async fn delta_06_08_recalled_change_survives_an_unsubscribe() {
     let r1 = c.expect(RDS, &["r"], &[]).await;
     c.ack(&r1).await;
     c.subscribe(CDS, &[]).await;
-    s.wait_status("n", CDS, |st| st.sent_nonce.is_some()).await;
-    s.publish(vec![route("r", "c1")], vec![]);
-    s.wait_status("n", RDS, |st| {
-        st.sent_nonce.as_deref() != Some(r1.nonce.as_str())
-    })
-    .await;
-    s.publish(vec![cla("s", 2)], vec![]);
     let n2 = s
-        .wait_status("n", EDS, |st| {
-            st.sent_nonce.as_deref() != Some(n1.nonce.as_str())
-        })
-        .await
-        .sent_nonce;
+        .stage_eds_behind_stuck_cds("n", &r1.nonce, &n1.nonce)
+        .await;
     c.request(EDS, &[], &["t"], &n1.nonce).await;
     s.wait_status("n", EDS, |st| st.names.len() == 1).await;
     let cds = c.expect_response().await;

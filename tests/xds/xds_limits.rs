@@ -6,9 +6,10 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use prost::Message;
 use tonic::Code;
 use tributary::xds::{MAX_ERROR_BYTES, MAX_NAMES_PER_REQUEST, XdsOptions};
 
@@ -51,6 +52,19 @@ async fn sec8_a_huge_delta_nack_message_is_kept_bounded() {
     assert!(st.last_error.unwrap().len() <= MAX_ERROR_BYTES + 16);
 }
 
+/// How long the server may take to refuse `request`: the usual wait, plus three times what
+/// encoding and decoding `request` takes here and now. A request past a SEC-9 limit is refused
+/// only once decoded, and its 200,001 names cost about a second of CPU in a debug build (the
+/// client's encode plus the server's decode, on this test's one thread), several seconds on a busy
+/// machine: a fixed wait for the status failed there. Measured under the same load, the wait grows
+/// with it.
+fn refusal_wait<M: Message + Default>(request: &M) -> Duration {
+    let started = Instant::now();
+    let bytes = request.encode_to_vec();
+    drop(M::decode(bytes.as_slice()).expect("what we encoded decodes"));
+    RESPONSE_TIMEOUT + 3 * started.elapsed()
+}
+
 #[tokio::test]
 async fn sec9_too_many_names_in_one_sotw_request_end_the_stream() {
     let s = TestServer::start(vec![cluster("a", "1"), cla("a", 1)]).await;
@@ -58,16 +72,17 @@ async fn sec9_too_many_names_in_one_sotw_request_end_the_stream() {
     good.subscribe(EDS, &["a"]).await;
     good.expect(EDS, &["a"]).await;
     let mut bad = s.ads("bad").await;
-    bad.send_raw(DiscoveryRequest {
+    let request = DiscoveryRequest {
         node: Some(bad.node.clone()),
         type_url: EDS.type_url().into(),
         resource_names: (0..=MAX_NAMES_PER_REQUEST)
             .map(|i| format!("c{i}"))
             .collect(),
         ..Default::default()
-    })
-    .await;
-    let status = bad.expect_status().await;
+    };
+    let wait = refusal_wait(&request);
+    bad.send_raw(request).await;
+    let status = bad.expect_status_within(wait).await;
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("limit"), "{status:?}");
     s.publish(vec![cla("a", 2)], vec![]);
@@ -81,14 +96,15 @@ async fn sec9_too_many_initial_resource_versions_end_the_delta_stream() {
     let irv: HashMap<String, String> = (0..=MAX_NAMES_PER_REQUEST)
         .map(|i| (format!("c{i}"), "v".to_string()))
         .collect();
-    c.send_raw(DeltaDiscoveryRequest {
+    let request = DeltaDiscoveryRequest {
         node: Some(c.node.clone()),
         type_url: CDS.type_url().into(),
         initial_resource_versions: irv,
         ..Default::default()
-    })
-    .await;
-    let status = c.expect_status().await;
+    };
+    let wait = refusal_wait(&request);
+    c.send_raw(request).await;
+    let status = c.expect_status_within(wait).await;
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     let mut other = s.delta_ads("other").await;
     other.subscribe(CDS, &[]).await;

@@ -949,17 +949,8 @@ async fn eds_response_staged_behind_stuck_cds() -> (TestServer, XdsClient, Strin
     let r1 = c.expect(RDS, &["r"]).await;
     c.ack(&r1, &["r"]).await;
     c.subscribe(CDS, &[]).await;
-    s.wait_status("n", CDS, |st| st.sent_nonce.is_some()).await;
-    s.publish(vec![route("r", "c1")], vec![]);
-    s.wait_status("n", RDS, |st| {
-        st.sent_nonce.as_deref() != Some(r1.nonce.as_str())
-    })
-    .await;
-    s.publish(vec![cla("s", 2)], vec![]);
-    s.wait_status("n", EDS, |st| {
-        st.sent_nonce.as_deref() != Some(n1.nonce.as_str())
-    })
-    .await;
+    s.stage_eds_behind_stuck_cds("n", &r1.nonce, &n1.nonce)
+        .await;
     (s, c, n1.nonce)
 }
 

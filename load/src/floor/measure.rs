@@ -39,6 +39,8 @@ pub(crate) struct FloorChange {
     pub convergence: Stats,
     /// Responses the clients received per type during these changes (CDS, EDS, LDS, RDS).
     pub responses: [u64; 4],
+    /// The floor server's CPU seconds per change.
+    pub server_cpu_s: f64,
 }
 
 /// What the floor's half measured.
@@ -82,6 +84,7 @@ pub(crate) async fn measure(
     let control = channels(server.xds, 1).await?.remove(0);
     let mut changes: Vec<(FloorChange, Vec<Duration>)> = Vec::new();
     for (k, push) in pushes.iter().enumerate().skip(1) {
+        let cpu0 = server.cpu();
         let t = probe.arm(k as u64, Marker::FloorPush);
         trigger(control.clone()).await?;
         let last = wait_for(&format!("floor {}", push.kind), n, &probe, Probe::seen).await?;
@@ -90,18 +93,21 @@ pub(crate) async fn measure(
         let delivered = |p: &Probe| (p.responses().iter().sum::<u64>() as usize, Instant::now());
         wait_for("floor: the rest of the change", all, &probe, delivered).await?;
         tokio::time::sleep(SETTLE_PUSH).await;
+        let cpu = server.cpu() - cpu0;
         if changes.last().is_none_or(|(c, _)| c.kind != push.kind) {
             changes.push((
                 FloorChange {
                     kind: push.kind.clone(),
                     convergence: Stats::default(),
                     responses: [0; 4],
+                    server_cpu_s: 0.0,
                 },
                 Vec::new(),
             ));
         }
         if let Some((c, samples)) = changes.last_mut() {
             samples.push(last.saturating_duration_since(t));
+            c.server_cpu_s += cpu;
             for (a, b) in c.responses.iter_mut().zip(probe.responses()) {
                 *a += b;
             }
@@ -115,6 +121,7 @@ pub(crate) async fn measure(
             .into_iter()
             .map(|(mut c, samples)| {
                 c.convergence = Stats::of(&samples);
+                c.server_cpu_s /= samples.len().max(1) as f64;
                 eprintln!("\r  floor {}: p50 {:.1} ms", c.kind, c.convergence.p50_ms);
                 c
             })

@@ -258,7 +258,8 @@ impl DeltaState {
             return true;
         };
         let res = snap.resources_for(self.ty, view);
-        held.entries.diff(&res.entries).any(|item| match item {
+        !held.entries.ptr_eq(&res.entries)
+            && held.entries.diff(&res.entries).any(|item| match item {
             DiffItem::Add(name, _)
             | DiffItem::Update { new: (name, _), .. }
             | DiffItem::Remove(name, _) => self.sub.covers(name),
@@ -366,6 +367,10 @@ impl DeltaState {
         send: &mut BTreeMap<Arc<str>, Arc<EncodedResource>>,
         removed: &mut BTreeSet<Arc<str>>,
     ) {
+        if view.entries.ptr_eq(&res.entries) {
+            // The type did not change (every other type's push): nothing to walk.
+            return;
+        }
         for item in view.entries.diff(&res.entries) {
             match item {
                 DiffItem::Add(name, e) | DiffItem::Update { new: (name, e), .. } => {

@@ -5,7 +5,9 @@
 //! proxy long after it was decoded. This reader keeps only bytes not yet consumed: once a message
 //! is split off and no partial one follows, the buffer is let go, so an idle stream holds no request
 //! bytes at all. Each message is handed out as `Bytes` of its own, which a caller may decode at
-//! once or read lazily.
+//! once or read lazily: a message that lies whole in one DATA frame (every ACK of a delta
+//! client, a SotW ACK when the client's frames are large enough) is a slice of that frame, not a
+//! copy.
 //!
 //! Errors mirror tonic's for the same input, so clients see the same statuses: a message over the
 //! limit is `OUT_OF_RANGE` (the stream turns it into `RESOURCE_EXHAUSTED`, TRANS-10), a compressed
@@ -21,8 +23,11 @@ const PREFIX_LEN: usize = 5;
 /// The request messages of one stream, as framed bytes.
 pub(crate) struct Frames {
     body: tonic::body::Body,
-    /// Received bytes not yet handed out: at most the start of the next message (and whole ones
-    /// that came in the same DATA frame). Empty, without an allocation, between messages.
+    /// The last DATA frame's bytes not yet handed out, while they start on a message boundary:
+    /// a message that lies whole in them is handed out as a slice of them, not copied.
+    chunk: Bytes,
+    /// A message that spans DATA frames, being put together: at most the start of the next
+    /// message. Empty, without an allocation, between messages.
     buf: BytesMut,
     /// Largest message accepted.
     limit: usize,
@@ -35,6 +40,7 @@ impl Frames {
     pub(crate) fn new(body: tonic::body::Body, limit: usize) -> Self {
         Self {
             body,
+            chunk: Bytes::new(),
             buf: BytesMut::new(),
             limit,
             ended: false,
@@ -61,16 +67,53 @@ impl Frames {
                 Some(Err(status)) => return Err(status),
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        self.buf.extend_from_slice(&data);
+                        // `chunk` is empty here: `split_message` used it up or moved it to `buf`.
+                        if self.buf.is_empty() {
+                            self.chunk = data;
+                        } else {
+                            self.buf.extend_from_slice(&data);
+                        }
                     }
                 }
             }
         }
     }
 
-    /// Splits the next whole message off the buffer, if it is all there.
+    /// Splits the next whole message off the received bytes, if it is all there.
     fn split_message(&mut self) -> Result<Option<Bytes>, Status> {
-        let Some(prefix) = self.buf.get(..PREFIX_LEN) else {
+        if !self.chunk.is_empty() {
+            if let Some(whole) = self.message_len(&self.chunk)?
+                && whole <= self.chunk.len()
+            {
+                let mut message = self.chunk.split_to(whole);
+                message.advance(PREFIX_LEN);
+                return Ok(Some(message));
+            }
+            // The message goes on in later DATA frames: put it together in `buf`.
+            let start = std::mem::take(&mut self.chunk);
+            self.buf.extend_from_slice(&start);
+        }
+        let Some(whole) = self.message_len(&self.buf)? else {
+            return Ok(None);
+        };
+        if self.buf.len() < whole {
+            // One allocation for the rest of the message, not a doubling series.
+            self.buf.reserve(whole - self.buf.len());
+            return Ok(None);
+        }
+        let mut message = self.buf.split_to(whole);
+        message.advance(PREFIX_LEN);
+        if self.buf.is_empty() {
+            // Nothing follows: let the allocation go with the message.
+            self.buf = BytesMut::new();
+        }
+        Ok(Some(message.freeze()))
+    }
+
+    /// The framed length (prefix included) of the message `bytes` start with, once its prefix is
+    /// there; checks the prefix.
+    fn message_len(&self, bytes: &[u8]) -> Result<Option<usize>, Status> {
+        let Some(prefix) = bytes.get(..PREFIX_LEN) else {
             return Ok(None);
         };
         match prefix[0] {
@@ -93,19 +136,7 @@ impl Frames {
                 self.limit
             )));
         }
-        let whole = PREFIX_LEN + len;
-        if self.buf.len() < whole {
-            // One allocation for the rest of the message, not a doubling series.
-            self.buf.reserve(whole - self.buf.len());
-            return Ok(None);
-        }
-        let mut message = self.buf.split_to(whole);
-        message.advance(PREFIX_LEN);
-        if self.buf.is_empty() {
-            // Nothing follows: let the allocation go with the message.
-            self.buf = BytesMut::new();
-        }
-        Ok(Some(message.freeze()))
+        Ok(Some(PREFIX_LEN + len))
     }
 }
 
@@ -144,6 +175,30 @@ mod tests {
             f.next().await.unwrap().unwrap(),
             &b"a third, longer message"[..]
         );
+        assert!(f.next().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_message_within_one_data_frame_is_not_copied() {
+        // One whole message, then one whole and the start of another, then the rest of it.
+        let second = framed(&[b"second", b"third, in two frames"]);
+        let (a, b) = second.split_at(20);
+        let chunks = [framed(&[b"first"]), a.to_vec(), b.to_vec()].map(Bytes::from);
+        let starts: Vec<*const u8> = chunks.iter().map(|c| c.as_ptr()).collect();
+        let stream = futures::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, Status>(http_body::Frame::data(c))),
+        );
+        let body = tonic::body::Body::new(http_body_util::StreamBody::new(stream));
+        let mut f = Frames::new(body, 1024);
+        let first = f.next().await.unwrap().unwrap();
+        assert_eq!(first, &b"first"[..]);
+        assert_eq!(first.as_ptr(), starts[0].wrapping_add(PREFIX_LEN), "a slice of the frame");
+        let second = f.next().await.unwrap().unwrap();
+        assert_eq!(second, &b"second"[..]);
+        assert_eq!(second.as_ptr(), starts[1].wrapping_add(PREFIX_LEN));
+        assert_eq!(f.next().await.unwrap().unwrap(), &b"third, in two frames"[..]);
         assert!(f.next().await.unwrap().is_none());
     }
 
