@@ -7,6 +7,7 @@ pub(crate) mod accept;
 mod connections;
 mod first_frames;
 pub(crate) mod forward_io;
+mod liveness;
 pub(crate) mod metrics;
 mod registries;
 mod serve;

@@ -117,9 +117,8 @@ struct RunArgs {
     )]
     debounce: String,
     /// tributary's `connections` settings, as YAML flow. Every simulated proxy connects from
-    /// 127.0.0.1, so the per-peer connection limit is off. A storm of many large configs over
-    /// shared connections may need a longer `keepalive_timeout`: a keepalive ping waits behind the
-    /// data already queued on its connection (`docs/floor.md`, "Large meshes").
+    /// 127.0.0.1, standing for a fleet of many hosts, so the per-peer connection limit is off.
+    /// Keepalive is tributary's default (`docs/floor.md`, "Large meshes").
     #[arg(long, default_value = "{max_connections_per_peer: 0}")]
     connections: String,
     /// The tributary binary (default: next to this one).
@@ -341,12 +340,12 @@ async fn run(args: RunArgs) -> anyhow::Result<Report> {
                     type_url: wire::EDS,
                     name: MeshSpec::cluster(k % spec.services),
                 },
-                "new service" => Marker::Carries {
-                    type_url: wire::CDS,
-                    name: MeshSpec::cluster(extra),
+                // A service is reached when it is routable: its route, not its cluster.
+                "new service" => Marker::Routable {
+                    host: MeshSpec::hostname(extra),
                 },
-                _ => Marker::Removes {
-                    name: MeshSpec::cluster(extra),
+                _ => Marker::Unroutable {
+                    host: MeshSpec::hostname(extra),
                 },
             };
             let cpu0 = server.cpu();

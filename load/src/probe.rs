@@ -13,9 +13,14 @@ pub(crate) enum Marker {
         type_url: &'static str,
         name: String,
     },
-    /// A CDS response in which cluster `name` no longer exists (SotW: absent from the full set;
-    /// delta: listed as removed).
-    Removes { name: String },
+    /// The response that makes hostname `host` routable: a route configuration (RDS) response
+    /// with a virtual host of `host`, or for a VHDS proxy the `VirtualHost` response carrying one
+    /// (a new service).
+    Routable { host: String },
+    /// The response after which `host` is no longer routable: an RDS response whose route
+    /// configurations have no virtual host of `host`, or for a VHDS proxy the `VirtualHost`
+    /// response that removes one (a deleted service).
+    Unroutable { host: String },
     /// The floor server's next push (its sink clients match pushes by epoch, not by content).
     FloorPush,
 }

@@ -17,9 +17,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
+mod marker;
 mod vhds;
 
-use crate::probe::{Marker, Probe};
+use crate::probe::Probe;
 use crate::recorder::Recorder;
 use crate::wire::{self, CDS, EDS, LDS, RDS, RawCodec, Response};
 
@@ -274,17 +275,12 @@ impl State {
         if epoch <= self.epoch_seen {
             return;
         }
-        let hit = match &marker {
-            Marker::Carries { type_url, name } if *type_url == r.type_url => match full_set {
-                Some(set) => set.names.contains(name),
-                None => r.names(self.delta).iter().any(|n| n == name),
-            },
-            Marker::Removes { name } if r.type_url == CDS => match full_set {
-                Some(set) => !set.names.contains(name),
-                None => r.removed.iter().any(|n| n == name),
-            },
-            _ => false,
+        let proxy = marker::Proxy {
+            delta: self.delta,
+            vhds: self.vhds.is_some(),
+            full_set,
         };
+        let hit = marker::hits(&marker, r, &proxy);
         if hit {
             if let Some(rec) = &self.recorder {
                 rec.hit();

@@ -10,6 +10,12 @@ use prost::encoding::{WireType, decode_key, decode_varint, encode_key, encode_va
 use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
+#[cfg(test)]
+pub(crate) mod fixtures;
+mod routes;
+
+pub(crate) use routes::is_host_resource;
+
 pub(crate) const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 pub(crate) const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 pub(crate) const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";

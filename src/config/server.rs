@@ -9,10 +9,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionSettings {
-    /// Interval of the server's HTTP/2 keepalive pings (TRANS-7; Istio: 30s).
+    /// Interval of the server's HTTP/2 keepalive pings (TRANS-7; Istio: 30s): a connection whose
+    /// requests have not been read for this long is pinged. 0: no keepalive.
     #[serde(with = "super::duration")]
     pub keepalive_interval: Duration,
-    /// How long a ping may go unanswered before the connection is closed (Istio: 10s).
+    /// How much longer, after the interval, a peer may send nothing at all (no frame of any kind,
+    /// the ping's answer included) before its connection is closed (Istio: 10s). A busy peer that
+    /// keeps sending frames is not closed because one ping's answer is late.
     #[serde(with = "super::duration")]
     pub keepalive_timeout: Duration,
     /// HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS` per connection (TRANS-5, SEC-11). Envoy opens one
@@ -63,6 +66,11 @@ impl Default for ConnectionSettings {
 }
 
 impl ConnectionSettings {
+    /// The keepalive ping interval, unless keepalive is off (`keepalive_interval: 0s`).
+    pub fn keepalive(&self) -> Option<Duration> {
+        (!self.keepalive_interval.is_zero()).then_some(self.keepalive_interval)
+    }
+
     /// The age of a new connection: `max_connection_age` plus a jitter drawn for this connection
     /// alone, so that proxies that connected together are not recycled together (TRANS-9).
     pub fn connection_age(&self) -> Option<Duration> {

@@ -6,7 +6,9 @@
 //! connection draws its own age (TRANS-9), is sent GOAWAY when that age is up, and is closed only
 //! if its streams outlive the grace period. Shutdown sends GOAWAY to every connection and waits
 //! for them (TRANS-8). The HTTP/2 limits and keepalive are the same settings tonic would apply
-//! (TRANS-5, TRANS-7, SEC-11). HTTP/1.1 is served too (detected per connection), for REST-JSON
+//! (TRANS-5, SEC-11), but keepalive judges a peer by anything it sends (TRANS-7, `liveness.rs`):
+//! hyper pings, and the connection is closed after `keepalive_interval` + `keepalive_timeout` of
+//! silence, not when one PING's answer is late behind a large push. HTTP/1.1 is served too (detected per connection), for REST-JSON
 //! xDS polls (`crate::xds::RestService`); gRPC needs HTTP/2 and refuses anything else itself.
 //!
 //! Untrusted peers are bounded too (docs/hardening.md, "Accepting connections"): a failing accept
@@ -37,6 +39,7 @@ use tracing::debug;
 
 use super::accept::{AcceptErrors, PeerCounts, PeerSlot};
 use super::first_frames::Watched;
+use super::liveness;
 use crate::config::ConnectionSettings;
 use crate::tls::TlsConn;
 
@@ -83,8 +86,8 @@ pub(super) async fn serve<I, IO>(
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Some(settings.keepalive_interval))
-        .keep_alive_timeout(settings.keepalive_timeout)
+        .keep_alive_interval(settings.keepalive())
+        .keep_alive_timeout(liveness::PONG_WAIT)
         .max_concurrent_streams(settings.max_concurrent_streams)
         .max_frame_size(MAX_FRAME_SIZE)
         .max_header_list_size(settings.max_header_list_size);
@@ -133,6 +136,7 @@ pub(super) async fn serve<I, IO>(
                     age,
                     grace,
                     first_frames: settings.first_frames_timeout,
+                    silence: settings.keepalive().map(|i| i + settings.keepalive_timeout),
                     _slot: slot,
                 },
                 stop.clone(),
@@ -151,12 +155,15 @@ struct Limits {
     grace: Duration,
     /// How long the peer has to send its first HTTP/2 frames.
     first_frames: Duration,
+    /// How long the peer may send nothing at all before the connection is closed (TRANS-7);
+    /// never when `None`.
+    silence: Option<Duration>,
     /// Held while the connection lives.
     _slot: Option<PeerSlot>,
 }
 
 /// One connection: served until the peer leaves, it stays silent past `first_frames` (closed),
-/// its age is up (GOAWAY, then at most `grace` more), or the server stops (GOAWAY, then until its
+/// nothing is read from it for `silence` (closed: keepalive), its age is up (GOAWAY, then at most `grace` more), or the server stops (GOAWAY, then until its
 /// streams end; the drain ended them).
 async fn serve_connection<IO>(
     builder: auto::Builder<TokioExecutor>,
@@ -171,11 +178,12 @@ async fn serve_connection<IO>(
         age,
         grace,
         first_frames,
+        silence,
         _slot,
     } = limits;
     // What the services know of their peer (addresses, the TLS identity), as tonic provides it.
     let info = io.connect_info();
-    let (io, greeted) = Watched::new(io);
+    let (io, greeted, last_read) = Watched::new(io);
     let service = routes.map_request(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(info.clone());
         req.map(tonic::body::Body::new)
@@ -196,10 +204,22 @@ async fn serve_connection<IO>(
             std::future::pending::<()>().await;
         }
     };
+    let dead = async {
+        match silence {
+            Some(silence) => liveness::silent_for(&last_read, silence).await,
+            None => std::future::pending().await,
+        }
+    };
     let result = tokio::select! {
+        // The connection first: it reads what the peer sent before its silence is judged.
+        biased;
         r = conn.as_mut() => r,
         () = silent => {
             debug!(timeout = ?first_frames, "no HTTP/2 preface in time; closing the connection");
+            Ok(())
+        }
+        () = dead => {
+            debug!(silence = ?silence, "keepalive: nothing read from the peer; closing the connection");
             Ok(())
         }
         () = aged => {

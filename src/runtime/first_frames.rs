@@ -3,7 +3,8 @@
 //!
 //! hyper does not say when a server connection's preface has arrived, so the transport is wrapped
 //! and counts what it reads: an HTTP/2 client starts with the 24-byte connection preface and a
-//! SETTINGS frame (9-byte header), so [`GREETING_BYTES`] read means the client spoke.
+//! SETTINGS frame (9-byte header), so [`GREETING_BYTES`] read means the client spoke. It also notes
+//! when anything was last read, for the keepalive (`liveness.rs`).
 
 use std::io;
 use std::pin::Pin;
@@ -15,6 +16,7 @@ use tokio::sync::Notify;
 use tonic::transport::server::Connected;
 
 use super::forward_io::forward_async_write;
+use super::liveness::LastRead;
 
 /// The client connection preface (24 bytes) plus a SETTINGS frame header (9 bytes).
 pub(crate) const GREETING_BYTES: usize = 24 + 9;
@@ -36,17 +38,21 @@ pub(crate) struct Watched<IO> {
     /// Bytes read so far, until the greeting is complete (then no longer counted).
     read: usize,
     greeted: Arc<Greeted>,
+    last_read: Arc<LastRead>,
 }
 
 impl<IO> Watched<IO> {
-    pub(crate) fn new(io: IO) -> (Self, Arc<Greeted>) {
+    /// `io`, with what tells when the peer greeted and when it was last read from.
+    pub(crate) fn new(io: IO) -> (Self, Arc<Greeted>, Arc<LastRead>) {
         let greeted = Arc::new(Greeted::default());
+        let last_read = LastRead::new();
         let watched = Self {
             io,
             read: 0,
             greeted: greeted.clone(),
+            last_read: last_read.clone(),
         };
-        (watched, greeted)
+        (watched, greeted, last_read)
     }
 }
 
@@ -66,8 +72,12 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            self.last_read.touch();
+        }
         if self.read < GREETING_BYTES {
-            self.read += buf.filled().len() - before;
+            self.read += read;
             if self.read >= GREETING_BYTES {
                 // A stored permit: the waiter sees it even if it starts waiting later.
                 self.greeted.0.notify_one();
@@ -92,7 +102,7 @@ mod tests {
     #[tokio::test]
     async fn greeted_only_after_the_preface_and_settings_header() {
         let (mut client, server) = tokio::io::duplex(1024);
-        let (mut watched, greeted) = Watched::new(server);
+        let (mut watched, greeted, _) = Watched::new(server);
         let mut buf = [0u8; GREETING_BYTES - 1];
         client.write_all(&[0u8; GREETING_BYTES - 1]).await.unwrap();
         watched.read_exact(&mut buf).await.unwrap();
