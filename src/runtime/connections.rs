@@ -8,8 +8,9 @@
 //! for them (TRANS-8). The HTTP/2 limits and keepalive are the same settings tonic would apply
 //! (TRANS-5, SEC-11), but keepalive judges a peer by anything it sends (TRANS-7, `liveness.rs`):
 //! hyper pings, and the connection is closed after `keepalive_interval` + `keepalive_timeout` of
-//! silence, not when one PING's answer is late behind a large push. HTTP/1.1 is served too (detected per connection), for REST-JSON
-//! xDS polls (`crate::xds::RestService`); gRPC needs HTTP/2 and refuses anything else itself.
+//! silence, not when one PING's answer is late behind a large push. HTTP/1.1 is served too
+//! (detected per connection), for REST-JSON xDS polls (`crate::xds::RestService`); gRPC needs
+//! HTTP/2 and refuses anything else itself.
 //!
 //! Untrusted peers are bounded too (docs/hardening.md, "Accepting connections"): a failing accept
 //! backs off and is logged rarely (`accept.rs`), each peer IP may hold at most
@@ -163,8 +164,8 @@ struct Limits {
 }
 
 /// One connection: served until the peer leaves, it stays silent past `first_frames` (closed),
-/// nothing is read from it for `silence` (closed: keepalive), its age is up (GOAWAY, then at most `grace` more), or the server stops (GOAWAY, then until its
-/// streams end; the drain ended them).
+/// nothing is read from it for `silence` (closed: keepalive), its age is up (GOAWAY, then at most
+/// `grace` more), or the server stops (GOAWAY, then until its streams end; the drain ended them).
 async fn serve_connection<IO>(
     builder: auto::Builder<TokioExecutor>,
     io: IO,
