@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 
 use super::{ProxyView, TypeView, XdsStatus, proxy_id_matches};
-use crate::xds::{ConnectionInfo, Connections};
 use crate::envoy::ResourceType;
+use crate::xds::{ConnectionInfo, Connections};
 
 impl XdsStatus for Connections {
     fn syncz(&self) -> Value {

@@ -227,7 +227,9 @@ fn resources_of(
                 ..Default::default()
             });
         let version_info = match client_status {
-            ClientResourceStatus::Acked => st.acked_version.as_deref().unwrap_or_default().to_owned(),
+            ClientResourceStatus::Acked => {
+                st.acked_version.as_deref().unwrap_or_default().to_owned()
+            }
             _ => String::new(),
         };
         out.push(GenericXdsConfig {

@@ -81,7 +81,8 @@ impl SharedNames {
         }
         let key = set_hash(sorted.iter().copied());
         let found = self.lock().sets.get(&key).cloned()?;
-        let equal = found.len() == sorted.len() && found.iter().zip(sorted).all(|(a, b)| **a == **b);
+        let equal =
+            found.len() == sorted.len() && found.iter().zip(sorted).all(|(a, b)| **a == **b);
         equal.then_some(found)
     }
 

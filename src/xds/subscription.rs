@@ -371,7 +371,11 @@ mod tests {
         // Its next list is read against the set as usual.
         let c = second.apply_sotw_known(ty, &listed[1..], known);
         assert_eq!(c.removed, vec![Arc::<str>::from("c099")]);
-        assert_eq!(first.names.len(), 100, "the other stream's set is untouched");
+        assert_eq!(
+            first.names.len(),
+            100,
+            "the other stream's set is untouched"
+        );
 
         // With "*" the list is no set of names: read name by name.
         let mut wild = Subscription::default();

@@ -151,7 +151,10 @@ fn request(addr: SocketAddr) -> http::Request<()> {
 
 /// Reads the whole response to one request, sending a byte on the request every [`ACK_EVERY`];
 /// returns the bytes received.
-async fn fetch(mut send: h2::client::SendRequest<Bytes>, addr: SocketAddr) -> Result<usize, h2::Error> {
+async fn fetch(
+    mut send: h2::client::SendRequest<Bytes>,
+    addr: SocketAddr,
+) -> Result<usize, h2::Error> {
     send = send.ready().await?;
     let (response, mut acks) = send.send_request(request(addr), false)?;
     let mut body = response.await?.into_body();

@@ -40,16 +40,31 @@ fn a_vhds_view_sees_route_configurations_without_virtual_hosts_and_the_virtual_h
     assert_eq!(names(&routes), ["80"]);
     assert_ne!(
         routes.get("80").unwrap().resource.hash,
-        s.resources(ResourceType::Route).get("80").unwrap().resource.hash,
+        s.resources(ResourceType::Route)
+            .get("80")
+            .unwrap()
+            .resource
+            .hash,
         "the VHDS form differs from the inline one"
     );
     let vhs = s.resources_for(ResourceType::VirtualHost, vhds());
     assert_eq!(names(&vhs), [format!("80/{A}:80"), format!("80/{B}:80")]);
     // Other views keep inline virtual hosts and see no VirtualHost resources.
-    assert!(s.resources_for(ResourceType::VirtualHost, View::Envoy).is_empty());
+    assert!(
+        s.resources_for(ResourceType::VirtualHost, View::Envoy)
+            .is_empty()
+    );
     assert_eq!(
-        s.resources_for(ResourceType::Route, View::Envoy).get("80").unwrap().resource.hash,
-        s.resources(ResourceType::Route).get("80").unwrap().resource.hash
+        s.resources_for(ResourceType::Route, View::Envoy)
+            .get("80")
+            .unwrap()
+            .resource
+            .hash,
+        s.resources(ResourceType::Route)
+            .get("80")
+            .unwrap()
+            .resource
+            .hash
     );
     assert!(Arc::ptr_eq(
         &s.resources_for(ResourceType::Cluster, vhds()),
@@ -69,13 +84,20 @@ fn adding_a_service_changes_one_virtual_host_and_not_the_route_configuration() {
     let vhs = second.resources_for(ResourceType::VirtualHost, vhds());
     let a = vhs.get(&format!("80/{A}:80")).unwrap();
     let b_ = vhs.get(&format!("80/{B}:80")).unwrap();
-    assert_eq!(a.changed_seq, first.seq, "unchanged virtual host keeps its entry");
+    assert_eq!(
+        a.changed_seq, first.seq,
+        "unchanged virtual host keeps its entry"
+    );
     assert_eq!(b_.changed_seq, second.seq);
     let changes = second
         .changes_since(ResourceType::VirtualHost, first.seq)
         .unwrap();
     assert_eq!(
-        changes.changed.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+        changes
+            .changed
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>(),
         [format!("80/{B}:80")]
     );
 }
@@ -94,7 +116,10 @@ fn deleting_a_service_or_the_route_configuration_removes_virtual_hosts() {
             ..Default::default()
         },
     );
-    assert!(s.resources_for(ResourceType::VirtualHost, vhds()).is_empty());
+    assert!(
+        s.resources_for(ResourceType::VirtualHost, vhds())
+            .is_empty()
+    );
     assert!(s.resources_for(ResourceType::Route, vhds()).is_empty());
 }
 
@@ -104,7 +129,10 @@ fn names_of_takes_only_that_route_configurations_virtual_hosts() {
     build(&mut b, upsert(route(&[A])));
     let s = build(&mut b, upsert(http_route(8080, &[B])));
     let vhs = s.resources_for(ResourceType::VirtualHost, vhds());
-    assert_eq!(names_of(&vhs, "80"), [Arc::<str>::from(format!("80/{A}:80"))]);
+    assert_eq!(
+        names_of(&vhs, "80"),
+        [Arc::<str>::from(format!("80/{A}:80"))]
+    );
     assert_eq!(
         names_of(&vhs, "8080"),
         [Arc::<str>::from(format!("8080/{B}:8080"))]
@@ -143,7 +171,10 @@ fn without_a_vhds_client_no_build_splits_the_route_configurations() {
             assert!(s.resources_for(ResourceType::VirtualHost, view).is_empty());
         }
         assert!(s.vhds.get().is_none());
-        assert!(s.changes_since(ResourceType::VirtualHost, s.seq - 1).is_none());
+        assert!(
+            s.changes_since(ResourceType::VirtualHost, s.seq - 1)
+                .is_none()
+        );
     }
 }
 
@@ -178,13 +209,19 @@ fn a_vhds_client_arriving_late_sees_what_one_there_from_the_start_sees() {
         last = Some((s, build(&mut late, again)));
     }
     let (e, l) = last.expect("builds");
-    assert!(l.vhds.get().is_none(), "no split before the first VHDS read");
+    assert!(
+        l.vhds.get().is_none(),
+        "no split before the first VHDS read"
+    );
     assert_eq!(seen(&l), seen(&e), "same virtual hosts, same versions");
     let vhs = l.resources_for(ResourceType::VirtualHost, vhds());
     assert_eq!(names(&vhs), [format!("80/{A}:80"), format!("80/{B}:80")]);
     // The late builder's VirtualHost history starts at its first split: asking for earlier changes
     // falls back to `changed_seq`, which puts every virtual host after it.
-    assert!(l.changes_since(ResourceType::VirtualHost, l.seq - 1).is_none());
+    assert!(
+        l.changes_since(ResourceType::VirtualHost, l.seq - 1)
+            .is_none()
+    );
     assert!(vhs.entries.values().all(|e| e.changed_seq == l.seq));
     // From the read on, both builders follow the route configurations alike.
     let change = || BuildInput {
@@ -196,7 +233,9 @@ fn a_vhds_client_arriving_late_sees_what_one_there_from_the_start_sees() {
     assert_eq!(seen(&l), seen(&e));
     let removed = [Arc::<str>::from(format!("80/{A}:80"))];
     for s in [&e, &l] {
-        let c = s.changes_since(ResourceType::VirtualHost, s.seq - 1).expect("history");
+        let c = s
+            .changes_since(ResourceType::VirtualHost, s.seq - 1)
+            .expect("history");
         assert!(c.changed.is_empty(), "{c:?}");
         assert_eq!(c.removed.iter().cloned().collect::<Vec<_>>(), removed);
     }
@@ -222,5 +261,8 @@ fn a_vhds_read_of_an_older_snapshot_makes_the_next_build_split() {
             format!("8080/{B}:8080")
         ]
     );
-    assert!(next.changes_since(ResourceType::VirtualHost, newer.seq).is_none());
+    assert!(
+        next.changes_since(ResourceType::VirtualHost, newer.seq)
+            .is_none()
+    );
 }

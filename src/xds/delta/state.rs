@@ -20,8 +20,8 @@ use std::sync::Arc;
 use imbl::ordmap::DiffItem;
 
 use super::super::connections::TypeStatus;
-use super::super::record::{MAX_ERROR_BYTES, Sent, bounded};
 use super::super::per_type::TypeState;
+use super::super::record::{MAX_ERROR_BYTES, Sent, bounded};
 use super::super::request::Kind;
 use super::super::subscription::{Subscription, WILDCARD};
 use crate::envoy::{EncodedResource, ResourceType};
@@ -260,10 +260,10 @@ impl DeltaState {
         let res = snap.resources_for(self.ty, view);
         !held.entries.ptr_eq(&res.entries)
             && held.entries.diff(&res.entries).any(|item| match item {
-            DiffItem::Add(name, _)
-            | DiffItem::Update { new: (name, _), .. }
-            | DiffItem::Remove(name, _) => self.sub.covers(name),
-        })
+                DiffItem::Add(name, _)
+                | DiffItem::Update { new: (name, _), .. }
+                | DiffItem::Remove(name, _) => self.sub.covers(name),
+            })
     }
 
     /// Owes `names` again if they are subscribed (admin push, CDS warming).

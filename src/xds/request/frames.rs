@@ -194,11 +194,18 @@ mod tests {
         let mut f = Frames::new(body, 1024);
         let first = f.next().await.unwrap().unwrap();
         assert_eq!(first, &b"first"[..]);
-        assert_eq!(first.as_ptr(), starts[0].wrapping_add(PREFIX_LEN), "a slice of the frame");
+        assert_eq!(
+            first.as_ptr(),
+            starts[0].wrapping_add(PREFIX_LEN),
+            "a slice of the frame"
+        );
         let second = f.next().await.unwrap().unwrap();
         assert_eq!(second, &b"second"[..]);
         assert_eq!(second.as_ptr(), starts[1].wrapping_add(PREFIX_LEN));
-        assert_eq!(f.next().await.unwrap().unwrap(), &b"third, in two frames"[..]);
+        assert_eq!(
+            f.next().await.unwrap().unwrap(),
+            &b"third, in two frames"[..]
+        );
         assert!(f.next().await.unwrap().is_none());
     }
 

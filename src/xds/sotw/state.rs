@@ -16,8 +16,8 @@ use imbl::OrdSet;
 
 use super::super::cache::FullSetCache;
 use super::super::connections::TypeStatus;
-use super::super::record::{MAX_CLIENT_VERSION_BYTES, MAX_ERROR_BYTES, Sent, bounded};
 use super::super::per_type::TypeState;
+use super::super::record::{MAX_CLIENT_VERSION_BYTES, MAX_ERROR_BYTES, Sent, bounded};
 use super::super::request::Kind;
 use super::super::response::empty_cla;
 use super::super::subscription::{Change, Known, SotwNames, Subscription};
@@ -432,7 +432,10 @@ impl SotwState {
                 // and the response that removes them follows the push.
                 if retained > 0
                     && !owed
-                    && self.sent.as_ref().is_some_and(|s| s.version == built.version)
+                    && self
+                        .sent
+                        .as_ref()
+                        .is_some_and(|s| s.version == built.version)
                 {
                     return None;
                 }

@@ -253,7 +253,10 @@ fn a_first_request_for_every_resource_is_answered_with_the_shared_full_set() {
     assert_eq!(built.entries.len(), 1, "one shared chunk");
     assert_eq!(built.names[..], all[..]);
     let res = s1.resources_for(ResourceType::Endpoint, View::Envoy);
-    assert_eq!(built.entries[0], cache.get(ResourceType::Endpoint, View::Envoy, &res));
+    assert_eq!(
+        built.entries[0],
+        cache.get(ResourceType::Endpoint, View::Envoy, &res)
+    );
 
     // As many names, not the same ones: each answered on its own, the unknown one empty (SOTW-27).
     let mut other = SotwState::new(ResourceType::Endpoint);
