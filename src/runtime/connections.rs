@@ -62,13 +62,6 @@ impl PeerIp for TlsConn {
     }
 }
 
-/// The largest HTTP/2 frame a client may send us (SETTINGS_MAX_FRAME_SIZE; the protocol's default
-/// is 16 KiB): the stream window (1 MiB). A SotW EDS ACK repeats every cluster name (~90 KB at
-/// 2,000 clusters); a client that honours the setting sends it in one DATA frame, which the
-/// request reader hands on without a copy (`xds/request/frames.rs`), instead of six frames put
-/// together in a buffer of its own.
-const MAX_FRAME_SIZE: u32 = 1 << 20;
-
 /// Serves `routes` on every connection `incoming` yields until `stop` is cancelled, then sends
 /// GOAWAY to every connection and returns once they have all closed. `what` names the listener in
 /// logs.
@@ -90,7 +83,6 @@ pub(super) async fn serve<I, IO>(
         .keep_alive_interval(settings.keepalive())
         .keep_alive_timeout(liveness::PONG_WAIT)
         .max_concurrent_streams(settings.max_concurrent_streams)
-        .max_frame_size(MAX_FRAME_SIZE)
         .max_header_list_size(settings.max_header_list_size);
     let mut connections = JoinSet::new();
     let mut errors = AcceptErrors::new(what);
