@@ -6,8 +6,7 @@
 //! is split off and no partial one follows, the buffer is let go, so an idle stream holds no request
 //! bytes at all. Each message is handed out as `Bytes` of its own, which a caller may decode at
 //! once or read lazily: a message that lies whole in one DATA frame (every ACK of a delta
-//! client, a SotW ACK when the client's frames are large enough) is a slice of that frame, not a
-//! copy.
+//! client) is a slice of that frame, not a copy.
 //!
 //! Errors mirror tonic's for the same input, so clients see the same statuses: a message over the
 //! limit is `OUT_OF_RANGE` (the stream turns it into `RESOURCE_EXHAUSTED`, TRANS-10), a compressed
