@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+# `cargo fmt` follows `mod` items only: the modules `src/lib.rs` declares through its
+# `internal_modules!` macro (and theirs) are checked file by file.
+echo "== rustfmt --check src/"
+git ls-files -z 'src/*.rs' | xargs -0 rustfmt --edition 2024 --check
 
 echo "== cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings

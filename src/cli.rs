@@ -182,7 +182,12 @@ impl BootstrapArgs {
             tls,
             metadata: self
                 .vhds
-                .then(|| (crate::xds::VHDS_KEY.to_string(), serde_json::Value::Bool(true)))
+                .then(|| {
+                    (
+                        crate::xds::VHDS_KEY.to_string(),
+                        serde_json::Value::Bool(true),
+                    )
+                })
                 .into_iter()
                 .collect(),
         })

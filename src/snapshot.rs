@@ -188,7 +188,10 @@ impl View {
                 proxyless: false,
                 locality,
             },
-            View::Vhds { bind, locality: None } => View::bound(bind),
+            View::Vhds {
+                bind,
+                locality: None,
+            } => View::bound(bind),
             other => other,
         }
     }

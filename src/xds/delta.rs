@@ -141,7 +141,10 @@ impl Protocol for Delta {
     }
 
     fn status(&self, ty: ResourceType) -> TypeStatus {
-        self.types.get(ty).map(DeltaState::status).unwrap_or_default()
+        self.types
+            .get(ty)
+            .map(DeltaState::status)
+            .unwrap_or_default()
     }
 
     fn has_work(&self, ty: ResourceType, latest_seq: u64) -> bool {

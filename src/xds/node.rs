@@ -293,7 +293,10 @@ mod tests {
                 locality: None
             }
         );
-        assert_eq!(info.view_for(false), View::Bound("127.0.0.2".parse().unwrap()));
+        assert_eq!(
+            info.view_for(false),
+            View::Bound("127.0.0.2".parse().unwrap())
+        );
         md.fields.insert(
             VHDS_KEY.into(),
             Value {

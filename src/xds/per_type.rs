@@ -104,9 +104,6 @@ mod tests {
     fn a_stream_without_collections_carries_no_state_for_them() {
         // MEM-3: the unused collections cost a pointer each, not a state.
         let per_type = std::mem::size_of::<PerType<[u8; 512]>>();
-        assert!(
-            per_type < INLINE * 512 + ON_DEMAND * 16,
-            "{per_type} bytes"
-        );
+        assert!(per_type < INLINE * 512 + ON_DEMAND * 16, "{per_type} bytes");
     }
 }

@@ -25,8 +25,8 @@ use super::names::SharedNames;
 use super::per_type::PerType;
 use super::request::{Kind, MAX_NAME_BYTES, MAX_NAMES_PER_REQUEST, check_names};
 use super::response::{self, TooLarge};
-use super::subscription::Known;
 use super::stream::Protocol;
+use super::subscription::Known;
 use super::subscription::SotwNames;
 use crate::envoy::ResourceType;
 use crate::snapshot::{Snapshot, TypeResources, View};
@@ -119,7 +119,10 @@ impl Protocol for Sotw {
     }
 
     fn status(&self, ty: ResourceType) -> TypeStatus {
-        self.types.get(ty).map(SotwState::status).unwrap_or_default()
+        self.types
+            .get(ty)
+            .map(SotwState::status)
+            .unwrap_or_default()
     }
 
     fn has_work(&self, ty: ResourceType, latest_seq: u64) -> bool {

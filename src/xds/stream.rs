@@ -421,7 +421,7 @@ impl<P: Protocol> Stream<P> {
                         ResourceType::VirtualHost,
                     ]
                     .iter()
-                        .any(|t| self.proto.would_send(*t, &snap, view));
+                    .any(|t| self.proto.would_send(*t, &snap, view));
                 let started = Instant::now();
                 let full_sets = &self.params.full_sets;
                 let Some(mut built) = self.proto.build(ty, &snap, view, hold_removals, full_sets)

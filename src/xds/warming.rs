@@ -76,8 +76,7 @@ impl WarmGate {
         matches!(
             ty,
             ResourceType::Listener | ResourceType::Route | ResourceType::VirtualHost
-        )
-            && self.deadline.is_some_and(|d| now < d)
+        ) && self.deadline.is_some_and(|d| now < d)
     }
 
     /// When the current hold runs out, if one is on.
