@@ -11,7 +11,6 @@ use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use prost::Message;
 use tonic::{Code, Status};
@@ -20,6 +19,7 @@ use super::metrics::{self, InvalidReason};
 use super::node::{NodeError, NodeInfo};
 use crate::envoy::ResourceType;
 use frames::Frames;
+pub(crate) use frames::MessageBytes;
 
 /// Longest resource name accepted. Istio-style names (`outbound|port|subset|hostname`) stay under
 /// 300 bytes; hostnames are at most 253. Anything longer is garbage (SEC-12).
@@ -32,20 +32,21 @@ pub const MAX_NAMES_PER_REQUEST: usize = 200_000;
 /// How many unknown-type requests per stream are logged; the rest are only counted (SOTW-5).
 const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
 
-/// A request message read from one gRPC frame.
+/// A request message read from one gRPC message's bytes.
 pub(crate) trait FromFrame: Sized {
     /// The message's name, for errors.
     const NAME: &'static str;
 
-    /// Reads the message from its frame's bytes; `Err` says what is malformed.
-    fn from_frame(frame: Bytes) -> Result<Self, String>;
+    /// Reads the message from its bytes; `Err` says what is malformed.
+    fn from_frame(message: MessageBytes) -> Result<Self, String>;
 }
 
 impl FromFrame for DeltaDiscoveryRequest {
     const NAME: &'static str = "DeltaDiscoveryRequest";
 
-    fn from_frame(frame: Bytes) -> Result<Self, String> {
-        Self::decode(frame).map_err(|e| e.to_string())
+    fn from_frame(message: MessageBytes) -> Result<Self, String> {
+        // Small (an ACK lies within one frame); one that spans frames is put together.
+        Self::decode(message.contiguous()).map_err(|e| e.to_string())
     }
 }
 
@@ -67,10 +68,10 @@ impl<T: FromFrame> Requests<T> {
 
     /// The next request; `None` when the client closed its side.
     pub(crate) async fn message(&mut self) -> Result<Option<T>, Status> {
-        let Some(bytes) = self.frames.next().await? else {
+        let Some(message) = self.frames.next().await? else {
             return Ok(None);
         };
-        T::from_frame(bytes).map(Some).map_err(|e| {
+        T::from_frame(message).map(Some).map_err(|e| {
             metrics::invalid(InvalidReason::Malformed);
             Status::invalid_argument(format!("malformed {}: {e}", T::NAME))
         })

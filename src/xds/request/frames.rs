@@ -2,11 +2,13 @@
 //!
 //! tonic's `Streaming` reserves room for the largest message it ever received and keeps that
 //! buffer for the stream's life: one SotW EDS ACK naming 2,000 clusters (~90 KB) pins ~90 KB per
-//! proxy long after it was decoded. This reader keeps only bytes not yet consumed: once a message
-//! is split off and no partial one follows, the buffer is let go, so an idle stream holds no request
-//! bytes at all. Each message is handed out as `Bytes` of its own, which a caller may decode at
-//! once or read lazily: a message that lies whole in one DATA frame (every ACK of a delta
-//! client) is a slice of that frame, not a copy.
+//! proxy long after it was decoded. This reader copies nothing: a message is handed out as the
+//! DATA frames' own bytes ([`MessageBytes`]), one part when it lies within one frame (every ACK of a
+//! delta client), several when it spans frames (that ACK arrives in six 16 KiB frames). Only bytes
+//! not yet handed out are kept, so an idle stream holds no request bytes at all. A caller that
+//! needs the message in one piece copies it then ([`MessageBytes::contiguous`]); a SotW request
+//! reads its names across the parts as they lie (`sotw/request.rs`), which spares each such ACK
+//! a 90 KB buffer put together (and faulted in) only to be read once.
 //!
 //! Errors mirror tonic's for the same input, so clients see the same statuses: a message over the
 //! limit is `OUT_OF_RANGE` (the stream turns it into `RESOURCE_EXHAUSTED`, TRANS-10), a compressed
@@ -19,15 +21,55 @@ use tonic::{Code, Status};
 /// gRPC message prefix: one compression flag byte plus a big-endian u32 length.
 const PREFIX_LEN: usize = 5;
 
-/// The request messages of one stream, as framed bytes.
+/// One request message's bytes (without the gRPC prefix), as they arrived: slices of the DATA
+/// frames that carried it, in order, none empty unless the message is.
+#[derive(Debug, Clone)]
+pub(crate) enum MessageBytes {
+    /// Within one DATA frame.
+    One(Bytes),
+    /// Across DATA frames: at least two parts.
+    Parts(Vec<Bytes>),
+}
+
+impl MessageBytes {
+    /// The message's bytes, part by part.
+    pub(crate) fn parts(&self) -> &[Bytes] {
+        match self {
+            MessageBytes::One(bytes) => std::slice::from_ref(bytes),
+            MessageBytes::Parts(parts) => parts,
+        }
+    }
+
+    /// The message in one piece: its only part (shared), or the parts copied together.
+    pub(crate) fn contiguous(&self) -> Bytes {
+        match self {
+            MessageBytes::One(bytes) => bytes.clone(),
+            MessageBytes::Parts(parts) => {
+                let mut out = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+                for part in parts {
+                    out.extend_from_slice(part);
+                }
+                out.freeze()
+            }
+        }
+    }
+}
+
+impl From<Bytes> for MessageBytes {
+    fn from(bytes: Bytes) -> Self {
+        MessageBytes::One(bytes)
+    }
+}
+
+/// The request messages of one stream.
 pub(crate) struct Frames {
     body: tonic::body::Body,
-    /// The last DATA frame's bytes not yet handed out, while they start on a message boundary:
-    /// a message that lies whole in them is handed out as a slice of them, not copied.
-    chunk: Bytes,
-    /// A message that spans DATA frames, being put together: at most the start of the next
-    /// message. Empty, without an allocation, between messages.
-    buf: BytesMut,
+    /// Received bytes not handed out yet, in order, the first starting on a message boundary:
+    /// at most one message being received and the start of the next. Empty, without an
+    /// allocation, between messages.
+    parts: Vec<Bytes>,
+    /// How many bytes `parts` hold.
+    queued: usize,
     /// Largest message accepted.
     limit: usize,
     /// The body ended.
@@ -39,21 +81,21 @@ impl Frames {
     pub(crate) fn new(body: tonic::body::Body, limit: usize) -> Self {
         Self {
             body,
-            chunk: Bytes::new(),
-            buf: BytesMut::new(),
+            parts: Vec::new(),
+            queued: 0,
             limit,
             ended: false,
         }
     }
 
-    /// The next message's bytes (without the gRPC prefix); `None` when the client closed its side.
-    pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, Status> {
+    /// The next message; `None` when the client closed its side.
+    pub(crate) async fn next(&mut self) -> Result<Option<MessageBytes>, Status> {
         loop {
             if let Some(message) = self.split_message()? {
                 return Ok(Some(message));
             }
             if self.ended {
-                return if self.buf.is_empty() {
+                return if self.parts.is_empty() {
                     Ok(None)
                 } else {
                     Err(Status::internal("Unexpected EOF decoding stream."))
@@ -65,13 +107,11 @@ impl Frames {
                 Some(Err(status)) if status.code() == Code::Cancelled => return Ok(None),
                 Some(Err(status)) => return Err(status),
                 Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        // `chunk` is empty here: `split_message` used it up or moved it to `buf`.
-                        if self.buf.is_empty() {
-                            self.chunk = data;
-                        } else {
-                            self.buf.extend_from_slice(&data);
-                        }
+                    if let Ok(data) = frame.into_data()
+                        && !data.is_empty()
+                    {
+                        self.queued += data.len();
+                        self.parts.push(data);
                     }
                 }
             }
@@ -79,42 +119,84 @@ impl Frames {
     }
 
     /// Splits the next whole message off the received bytes, if it is all there.
-    fn split_message(&mut self) -> Result<Option<Bytes>, Status> {
-        if !self.chunk.is_empty() {
-            if let Some(whole) = self.message_len(&self.chunk)?
-                && whole <= self.chunk.len()
-            {
-                let mut message = self.chunk.split_to(whole);
-                message.advance(PREFIX_LEN);
-                return Ok(Some(message));
-            }
-            // The message goes on in later DATA frames: put it together in `buf`.
-            let start = std::mem::take(&mut self.chunk);
-            self.buf.extend_from_slice(&start);
-        }
-        let Some(whole) = self.message_len(&self.buf)? else {
+    fn split_message(&mut self) -> Result<Option<MessageBytes>, Status> {
+        let Some(prefix) = self.prefix() else {
             return Ok(None);
         };
-        if self.buf.len() < whole {
-            // One allocation for the rest of the message, not a doubling series.
-            self.buf.reserve(whole - self.buf.len());
+        let whole = self.message_len(&prefix)?;
+        if self.queued < whole {
             return Ok(None);
         }
-        let mut message = self.buf.split_to(whole);
-        message.advance(PREFIX_LEN);
-        if self.buf.is_empty() {
-            // Nothing follows: let the allocation go with the message.
-            self.buf = BytesMut::new();
+        self.queued -= whole;
+        let message = if self.parts[0].len() >= whole {
+            // Within one frame (the usual case): a slice of it.
+            let mut one = self.parts[0].split_to(whole);
+            one.advance(PREFIX_LEN);
+            if self.parts[0].is_empty() {
+                self.parts.remove(0);
+            }
+            MessageBytes::One(one)
+        } else {
+            let mut parts = self.split_parts(whole);
+            match parts.len() {
+                0 => MessageBytes::One(Bytes::new()),
+                1 => MessageBytes::One(parts.swap_remove(0)),
+                _ => MessageBytes::Parts(parts),
+            }
+        };
+        if self.parts.is_empty() {
+            // Nothing follows: hold no allocation between messages.
+            self.parts = Vec::new();
         }
-        Ok(Some(message.freeze()))
+        Ok(Some(message))
     }
 
-    /// The framed length (prefix included) of the message `bytes` start with, once its prefix is
-    /// there; checks the prefix.
-    fn message_len(&self, bytes: &[u8]) -> Result<Option<usize>, Status> {
-        let Some(prefix) = bytes.get(..PREFIX_LEN) else {
-            return Ok(None);
-        };
+    /// Splits off the first `whole` bytes, which span parts, without the prefix.
+    fn split_parts(&mut self, whole: usize) -> Vec<Bytes> {
+        let mut spans = 0;
+        let mut taken = 0;
+        while taken < whole {
+            taken += self.parts[spans].len();
+            spans += 1;
+        }
+        let mut message: Vec<Bytes> = self.parts.drain(..spans).collect();
+        if taken > whole
+            && let Some(last) = message.last_mut()
+        {
+            // The last part goes on with the next message: put its tail back.
+            let next = last.split_off(last.len() - (taken - whole));
+            self.parts.insert(0, next);
+        }
+        // The prefix may itself span parts.
+        let mut skip = PREFIX_LEN;
+        while skip > 0 {
+            let n = skip.min(message[0].len());
+            message[0].advance(n);
+            skip -= n;
+            if message[0].is_empty() {
+                message.remove(0);
+            }
+        }
+        message
+    }
+
+    /// The next message's prefix, once it is all there.
+    fn prefix(&self) -> Option<[u8; PREFIX_LEN]> {
+        let mut prefix = [0; PREFIX_LEN];
+        let mut have = 0;
+        for part in &self.parts {
+            let n = (PREFIX_LEN - have).min(part.len());
+            prefix[have..have + n].copy_from_slice(&part[..n]);
+            have += n;
+            if have == PREFIX_LEN {
+                return Some(prefix);
+            }
+        }
+        None
+    }
+
+    /// The framed length (prefix included) of the message `prefix` starts; checks the prefix.
+    fn message_len(&self, prefix: &[u8; PREFIX_LEN]) -> Result<usize, Status> {
         match prefix[0] {
             0 => {}
             1 => {
@@ -135,7 +217,7 @@ impl Frames {
                 self.limit
             )));
         }
-        Ok(Some(PREFIX_LEN + len))
+        Ok(PREFIX_LEN + len)
     }
 }
 
@@ -163,22 +245,35 @@ mod tests {
         Frames::new(body, limit)
     }
 
-    #[tokio::test]
-    async fn messages_split_across_and_within_data_frames() {
-        let all = framed(&[b"first", b"", b"a third, longer message"]);
-        let (a, b) = all.split_at(7);
-        let mut f = frames_of(vec![a.to_vec(), b.to_vec()], 1024);
-        assert_eq!(f.next().await.unwrap().unwrap(), &b"first"[..]);
-        assert_eq!(f.next().await.unwrap().unwrap(), &b""[..]);
-        assert_eq!(
-            f.next().await.unwrap().unwrap(),
-            &b"a third, longer message"[..]
-        );
-        assert!(f.next().await.unwrap().is_none());
+    /// Every message `f` yields until the client closes, each in one piece.
+    async fn all(f: &mut Frames) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while let Some(m) = f.next().await.unwrap() {
+            out.push(m.contiguous().to_vec());
+        }
+        out
     }
 
     #[tokio::test]
-    async fn a_message_within_one_data_frame_is_not_copied() {
+    async fn messages_split_across_and_within_data_frames() {
+        // Every way of cutting the stream in two or three frames, the prefixes included.
+        let messages: [&[u8]; 3] = [b"first", b"", b"a third, longer message"];
+        let all_bytes = framed(&messages);
+        let want: Vec<Vec<u8>> = messages.iter().map(|m| m.to_vec()).collect();
+        for a in 0..=all_bytes.len() {
+            for b in a..=all_bytes.len() {
+                let chunks = vec![
+                    all_bytes[..a].to_vec(),
+                    all_bytes[a..b].to_vec(),
+                    all_bytes[b..].to_vec(),
+                ];
+                assert_eq!(all(&mut frames_of(chunks, 1024)).await, want, "cut at {a}, {b}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_are_the_frames_own_bytes() {
         // One whole message, then one whole and the start of another, then the rest of it.
         let second = framed(&[b"second", b"third, in two frames"]);
         let (a, b) = second.split_at(20);
@@ -191,33 +286,34 @@ mod tests {
         );
         let body = tonic::body::Body::new(http_body_util::StreamBody::new(stream));
         let mut f = Frames::new(body, 1024);
-        let first = f.next().await.unwrap().unwrap();
+        let MessageBytes::One(first) = f.next().await.unwrap().unwrap() else {
+            panic!("within one frame: one part");
+        };
         assert_eq!(first, &b"first"[..]);
-        assert_eq!(
-            first.as_ptr(),
-            starts[0].wrapping_add(PREFIX_LEN),
-            "a slice of the frame"
-        );
-        let second = f.next().await.unwrap().unwrap();
+        assert_eq!(first.as_ptr(), starts[0].wrapping_add(PREFIX_LEN));
+        let MessageBytes::One(second) = f.next().await.unwrap().unwrap() else {
+            panic!("within one frame: one part");
+        };
         assert_eq!(second, &b"second"[..]);
         assert_eq!(second.as_ptr(), starts[1].wrapping_add(PREFIX_LEN));
-        assert_eq!(
-            f.next().await.unwrap().unwrap(),
-            &b"third, in two frames"[..]
-        );
+        let MessageBytes::Parts(third) = f.next().await.unwrap().unwrap() else {
+            panic!("across frames: its parts");
+        };
+        assert_eq!(third.concat(), b"third, in two frames");
+        assert_eq!(third[1].as_ptr(), starts[2], "not copied");
         assert!(f.next().await.unwrap().is_none());
     }
 
     #[tokio::test]
-    async fn the_buffer_is_let_go_after_a_large_message() {
+    async fn nothing_is_held_after_a_large_message() {
         let big = vec![7u8; 90_000];
-        let mut f = frames_of(vec![framed(&[&big])], 1 << 20);
-        assert_eq!(f.next().await.unwrap().unwrap().len(), big.len());
-        assert_eq!(
-            f.buf.capacity(),
-            0,
-            "no request bytes kept between messages"
-        );
+        let bytes = framed(&[&big]);
+        let chunks = bytes.chunks(16_384).map(<[u8]>::to_vec).collect();
+        let mut f = frames_of(chunks, 1 << 20);
+        let message = f.next().await.unwrap().unwrap();
+        assert_eq!(message.parts().len(), 6);
+        assert_eq!(message.contiguous(), big);
+        assert_eq!(f.parts.capacity(), 0, "no request bytes kept between messages");
     }
 
     #[tokio::test]
