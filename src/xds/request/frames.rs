@@ -267,7 +267,11 @@ mod tests {
                     all_bytes[a..b].to_vec(),
                     all_bytes[b..].to_vec(),
                 ];
-                assert_eq!(all(&mut frames_of(chunks, 1024)).await, want, "cut at {a}, {b}");
+                assert_eq!(
+                    all(&mut frames_of(chunks, 1024)).await,
+                    want,
+                    "cut at {a}, {b}"
+                );
             }
         }
     }
@@ -313,7 +317,11 @@ mod tests {
         let message = f.next().await.unwrap().unwrap();
         assert_eq!(message.parts().len(), 6);
         assert_eq!(message.contiguous(), big);
-        assert_eq!(f.parts.capacity(), 0, "no request bytes kept between messages");
+        assert_eq!(
+            f.parts.capacity(),
+            0,
+            "no request bytes kept between messages"
+        );
     }
 
     #[tokio::test]

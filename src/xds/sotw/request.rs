@@ -244,7 +244,12 @@ fn straddling_field(
 }
 
 /// Copies up to `n` bytes from `at` (part, offset) on into `out`; returns the position after them.
-fn copy_out(parts: &[Bytes], (mut i, mut pos): (usize, usize), n: usize, out: &mut Vec<u8>) -> (usize, usize) {
+fn copy_out(
+    parts: &[Bytes],
+    (mut i, mut pos): (usize, usize),
+    n: usize,
+    out: &mut Vec<u8>,
+) -> (usize, usize) {
     let want = out.len() + n;
     while let Some(part) = parts.get(i) {
         let take = (want - out.len()).min(part.len() - pos);
@@ -484,8 +489,16 @@ mod tests {
         let msg = req.encode_to_vec();
         let whole = SotwRequest::from_frame(encode(&req)).unwrap();
         let check = |view: SotwRequest, at: &[usize]| {
-            assert_eq!(view.names.each().collect::<Vec<_>>(), names, "cut at {at:?}");
-            assert_eq!(view.names.list_key(), whole.names.list_key(), "cut at {at:?}");
+            assert_eq!(
+                view.names.each().collect::<Vec<_>>(),
+                names,
+                "cut at {at:?}"
+            );
+            assert_eq!(
+                view.names.list_key(),
+                whole.names.list_key(),
+                "cut at {at:?}"
+            );
             assert_eq!(view.names.longest(), 300);
             assert_eq!(
                 (&*view.version_info, &*view.type_url, &*view.response_nonce),
@@ -497,7 +510,10 @@ mod tests {
         }
         for a in (0..msg.len()).step_by(3) {
             for b in a..=msg.len() {
-                check(SotwRequest::from_frame(cut(&msg, &[a, b])).unwrap(), &[a, b]);
+                check(
+                    SotwRequest::from_frame(cut(&msg, &[a, b])).unwrap(),
+                    &[a, b],
+                );
             }
         }
     }
@@ -522,7 +538,10 @@ mod tests {
         let mut bad = ok.clone();
         bad[3] = 0xff;
         for at in 0..=bad.len() {
-            assert!(SotwRequest::from_frame(cut(&bad, &[at])).is_err(), "cut at {at}");
+            assert!(
+                SotwRequest::from_frame(cut(&bad, &[at])).is_err(),
+                "cut at {at}"
+            );
         }
     }
 }
