@@ -75,20 +75,29 @@ pub(crate) struct SlotWriter {
 impl SlotWriter {
     /// Waits until a response can be staged. Cancel-safe.
     pub(crate) async fn room(&self) -> Result<(), BodyGone> {
+        // Usually there is room: answer without joining the waiters (a lock to join and another
+        // to leave, on every push of every stream).
+        if let Some(room) = self.has_room() {
+            return room;
+        }
         loop {
             let notified = self.shared.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let s = self.shared.lock();
-                if s.body_gone {
-                    return Err(BodyGone);
-                }
-                if s.staged.is_none() {
-                    return Ok(());
-                }
+            if let Some(room) = self.has_room() {
+                return room;
             }
             notified.await;
+        }
+    }
+
+    /// `Some` when [`Self::room`] can answer now.
+    pub(crate) fn has_room(&self) -> Option<Result<(), BodyGone>> {
+        let s = self.shared.lock();
+        if s.body_gone {
+            Some(Err(BodyGone))
+        } else {
+            s.staged.is_none().then_some(Ok(()))
         }
     }
 

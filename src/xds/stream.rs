@@ -233,6 +233,16 @@ pub(crate) async fn run<P: Protocol>(
     }
 }
 
+/// Waits for the next snapshot; gives the receiver back with the newest snapshot's sequence number
+/// (`None`: the store is gone).
+async fn next_snapshot(mut snapshots: watch::Receiver<u64>) -> (Option<u64>, watch::Receiver<u64>) {
+    let seq = match snapshots.changed().await {
+        Ok(()) => Some(*snapshots.borrow_and_update()),
+        Err(_) => None,
+    };
+    (seq, snapshots)
+}
+
 /// Waits for the first request. `None`: the body went away; `Err`: end the stream with it.
 async fn first_request<R: FromFrame>(
     drain: &CancellationToken,
@@ -272,6 +282,10 @@ impl<P: Protocol> Stream<P> {
         tokio::pin!(drained);
         let forced = force_push.notified();
         tokio::pin!(forced);
+        // So is the wait for a newer snapshot: made anew on each turn, it joined and left the store's
+        // waiter list (a lock shared by every stream) on every request and push.
+        let changed = next_snapshot(snapshots);
+        tokio::pin!(changed);
         loop {
             let want = self.has_work(latest_seq);
             let deadline = self.gate.deadline();
@@ -297,9 +311,21 @@ impl<P: Protocol> Stream<P> {
                         return None;
                     }
                 }
-                changed = snapshots.changed() => match changed {
-                    Ok(()) => latest_seq = *snapshots.borrow_and_update(),
-                    Err(_) => return Some(Status::unavailable("server is shutting down")),
+                (seq, snapshots) = &mut changed => match seq {
+                    Some(seq) => {
+                        latest_seq = seq;
+                        changed.set(next_snapshot(snapshots));
+                        // Push now if the body has room, not on another turn of the loop: that
+                        // turn polled every arm again (the client's requests first, under h2's
+                        // connection lock) for each push of each stream.
+                        if self.has_work(latest_seq)
+                            && self.writer.has_room().is_some_and(|room| room.is_ok())
+                            && self.push_one(&mut latest_seq).is_err()
+                        {
+                            return None;
+                        }
+                    }
+                    None => return Some(Status::unavailable("server is shutting down")),
                 },
                 () = &mut forced => {
                     forced.set(force_push.notified());
