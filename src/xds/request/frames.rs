@@ -21,6 +21,18 @@ use tonic::{Code, Status};
 /// gRPC message prefix: one compression flag byte plus a big-endian u32 length.
 const PREFIX_LEN: usize = 5;
 
+/// A DATA frame under this size that follows other received bytes is copied onto them rather than
+/// kept as a part of its own: a client sending a message in tiny frames must not make the server
+/// hold a 32-byte handle per byte it sent. A message's first frame is never copied.
+const SMALL_FRAME: usize = 1024;
+
+/// Most DATA frames kept as parts; the rest of a longer message is copied together after them.
+/// Each part pins the block of h2's read buffer it lies in, so a 1 MB SotW ACK (`large` mesh, 64
+/// frames) kept as parts held about twice its size while it arrived, and with a thousand of them
+/// arriving at once RSS per proxy more than doubled. Eight frames (128 KiB) cover a `medium`
+/// mesh's 90 KB ACK.
+const MAX_PARTS: usize = 8;
+
 /// One request message's bytes (without the gRPC prefix), as they arrived: slices of the DATA
 /// frames that carried it, in order, none empty unless the message is.
 #[derive(Debug, Clone)]
@@ -68,7 +80,10 @@ pub(crate) struct Frames {
     /// at most one message being received and the start of the next. Empty, without an
     /// allocation, between messages.
     parts: Vec<Bytes>,
-    /// How many bytes `parts` hold.
+    /// Small DATA frames that followed `parts`, copied together (see [`SMALL_FRAME`]); they
+    /// come after every part.
+    small: BytesMut,
+    /// How many bytes `parts` and `small` hold.
     queued: usize,
     /// Largest message accepted.
     limit: usize,
@@ -82,6 +97,7 @@ impl Frames {
         Self {
             body,
             parts: Vec::new(),
+            small: BytesMut::new(),
             queued: 0,
             limit,
             ended: false,
@@ -95,7 +111,7 @@ impl Frames {
                 return Ok(Some(message));
             }
             if self.ended {
-                return if self.parts.is_empty() {
+                return if self.queued == 0 {
                     Ok(None)
                 } else {
                     Err(Status::internal("Unexpected EOF decoding stream."))
@@ -107,14 +123,43 @@ impl Frames {
                 Some(Err(status)) if status.code() == Code::Cancelled => return Ok(None),
                 Some(Err(status)) => return Err(status),
                 Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data()
-                        && !data.is_empty()
-                    {
-                        self.queued += data.len();
-                        self.parts.push(data);
+                    if let Ok(data) = frame.into_data() {
+                        self.receive(data);
                     }
                 }
             }
+        }
+    }
+
+    /// Keeps a DATA frame's bytes: as a part of its own, unless it follows others and is small or
+    /// the parts are already [`MAX_PARTS`].
+    fn receive(&mut self, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        let follows = self.queued > 0;
+        self.queued += data.len();
+        if follows && (data.len() < SMALL_FRAME || self.parts.len() >= MAX_PARTS) {
+            if self.small.is_empty()
+                && self.parts.len() >= MAX_PARTS
+                && let Some(Ok(whole)) = self.prefix().map(|p| self.message_len(&p))
+            {
+                // The rest of a long message: one allocation for it (within the limit), not a
+                // doubling series.
+                self.small
+                    .reserve(whole.saturating_sub(self.queued - data.len()));
+            }
+            self.small.extend_from_slice(&data);
+            return;
+        }
+        self.seal_small();
+        self.parts.push(data);
+    }
+
+    /// Makes the small frames copied together the last part.
+    fn seal_small(&mut self) {
+        if !self.small.is_empty() {
+            self.parts.push(std::mem::take(&mut self.small).freeze());
         }
     }
 
@@ -127,6 +172,7 @@ impl Frames {
         if self.queued < whole {
             return Ok(None);
         }
+        self.seal_small();
         self.queued -= whole;
         let message = if self.parts[0].len() >= whole {
             // Within one frame (the usual case): a slice of it.
@@ -184,7 +230,7 @@ impl Frames {
     fn prefix(&self) -> Option<[u8; PREFIX_LEN]> {
         let mut prefix = [0; PREFIX_LEN];
         let mut have = 0;
-        for part in &self.parts {
+        for part in self.parts.iter().map(|p| &p[..]).chain([&self.small[..]]) {
             let n = (PREFIX_LEN - have).min(part.len());
             prefix[have..have + n].copy_from_slice(&part[..n]);
             have += n;
@@ -278,8 +324,10 @@ mod tests {
 
     #[tokio::test]
     async fn messages_are_the_frames_own_bytes() {
-        // One whole message, then one whole and the start of another, then the rest of it.
-        let second = framed(&[b"second", b"third, in two frames"]);
+        // One whole message, then one whole and the start of another, then the rest of it (a
+        // frame too large to be copied, `SMALL_FRAME`).
+        let long = vec![3u8; 3 * SMALL_FRAME];
+        let second = framed(&[b"second", &long]);
         let (a, b) = second.split_at(20);
         let chunks = [framed(&[b"first"]), a.to_vec(), b.to_vec()].map(Bytes::from);
         let starts: Vec<*const u8> = chunks.iter().map(|c| c.as_ptr()).collect();
@@ -289,7 +337,7 @@ mod tests {
                 .map(|c| Ok::<_, Status>(http_body::Frame::data(c))),
         );
         let body = tonic::body::Body::new(http_body_util::StreamBody::new(stream));
-        let mut f = Frames::new(body, 1024);
+        let mut f = Frames::new(body, 1 << 20);
         let MessageBytes::One(first) = f.next().await.unwrap().unwrap() else {
             panic!("within one frame: one part");
         };
@@ -303,9 +351,38 @@ mod tests {
         let MessageBytes::Parts(third) = f.next().await.unwrap().unwrap() else {
             panic!("across frames: its parts");
         };
-        assert_eq!(third.concat(), b"third, in two frames");
+        assert_eq!(third.concat(), long);
         assert_eq!(third[1].as_ptr(), starts[2], "not copied");
         assert!(f.next().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn tiny_frames_are_copied_together_not_kept_one_by_one() {
+        // A message in one-byte frames: its first frame, then the rest copied together.
+        let body = vec![9u8; 3000];
+        let bytes = framed(&[&body, b"next"]);
+        let chunks = bytes.chunks(1).map(<[u8]>::to_vec).collect();
+        let mut f = frames_of(chunks, 1 << 20);
+        let message = f.next().await.unwrap().unwrap();
+        assert!(
+            message.parts().len() <= 2,
+            "{} parts",
+            message.parts().len()
+        );
+        assert_eq!(message.contiguous(), body);
+        assert_eq!(f.next().await.unwrap().unwrap().contiguous(), &b"next"[..]);
+        assert!(f.next().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_long_message_is_copied_together_after_max_parts() {
+        let big = vec![5u8; 40 * 16_384];
+        let bytes = framed(&[&big]);
+        let chunks = bytes.chunks(16_384).map(<[u8]>::to_vec).collect();
+        let mut f = frames_of(chunks, 1 << 21);
+        let message = f.next().await.unwrap().unwrap();
+        assert_eq!(message.parts().len(), MAX_PARTS + 1);
+        assert_eq!(message.contiguous(), big);
     }
 
     #[tokio::test]

@@ -91,8 +91,8 @@ impl NameList {
     /// (valid UTF-8), counts and hashes the list and finds its longest name. Returns the list and
     /// the bytes of every other field, in order (what the small fields are decoded from).
     ///
-    /// Fields are read in place within each part; only a field that straddles two parts (a few
-    /// per 16 KiB DATA frame) is copied, on its own. The hash is the same however the list is cut
+    /// Fields are read in place within each part; only a field that straddles two parts (at most
+    /// one per frame boundary) is copied, on its own. The hash is the same however the list is cut
     /// (`ListHasher` hashes the concatenation).
     fn parse(message: MessageBytes) -> Result<(Self, Bytes), String> {
         let mut scan = Scan::default();
