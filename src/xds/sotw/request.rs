@@ -94,7 +94,8 @@ impl NameList {
     ///
     /// Fields are read in place within each part; only a field that straddles two parts (at most
     /// one per frame boundary) is copied, on its own. The hash is the same however the list is cut
-    /// (`ListHasher` hashes the concatenation).
+    /// (`ListHasher` hashes the concatenation). A list `recent` recognises (the stream's previous
+    /// one, repeated) is hashed in one pass instead of walked ([`RecentLists`]).
     fn parse(message: MessageBytes, recent: &mut RecentLists) -> Result<(Self, Bytes), String> {
         let parts = message.parts();
         let scan = match recent.recognise(parts)? {
