@@ -94,8 +94,7 @@ impl NameList {
     ///
     /// Fields are read in place within each part; only a field that straddles two parts (at most
     /// one per frame boundary) is copied, on its own. The hash is the same however the list is cut
-    /// (`ListHasher` hashes the concatenation). A list `recent` recognises (the stream's previous
-    /// one, repeated) is hashed in one pass instead of walked ([`RecentLists`]).
+    /// (`ListHasher` hashes the concatenation).
     fn parse(message: MessageBytes, recent: &mut RecentLists) -> Result<(Self, Bytes), String> {
         let parts = message.parts();
         let scan = match recent.recognise(parts)? {
