@@ -36,18 +36,15 @@ const UNKNOWN_TYPE_LOG_LIMIT: u32 = 4;
 pub(crate) trait FromFrame: Sized {
     /// The message's name, for errors.
     const NAME: &'static str;
-    /// What reading a stream's earlier requests left for reading the next one.
-    type Memory: Default + Send;
 
     /// Reads the message from its bytes; `Err` says what is malformed.
-    fn from_frame(message: MessageBytes, memory: &mut Self::Memory) -> Result<Self, String>;
+    fn from_frame(message: MessageBytes) -> Result<Self, String>;
 }
 
 impl FromFrame for DeltaDiscoveryRequest {
     const NAME: &'static str = "DeltaDiscoveryRequest";
-    type Memory = ();
 
-    fn from_frame(message: MessageBytes, (): &mut ()) -> Result<Self, String> {
+    fn from_frame(message: MessageBytes) -> Result<Self, String> {
         // Small (an ACK lies within one frame); one that spans frames is put together.
         Self::decode(message.contiguous()).map_err(|e| e.to_string())
     }
@@ -55,9 +52,8 @@ impl FromFrame for DeltaDiscoveryRequest {
 
 /// A stream's requests, decoded from its body. Malformed ones are the client's fault
 /// (TRANS-10), not `INTERNAL`; framing and size limits are [`Frames`]'s.
-pub(crate) struct Requests<T: FromFrame> {
+pub(crate) struct Requests<T> {
     frames: Frames,
-    memory: T::Memory,
     message: PhantomData<fn() -> T>,
 }
 
@@ -66,7 +62,6 @@ impl<T: FromFrame> Requests<T> {
     pub(crate) fn new(body: tonic::body::Body, limit: usize) -> Self {
         Self {
             frames: Frames::new(body, limit),
-            memory: T::Memory::default(),
             message: PhantomData,
         }
     }
@@ -76,12 +71,10 @@ impl<T: FromFrame> Requests<T> {
         let Some(message) = self.frames.next().await? else {
             return Ok(None);
         };
-        T::from_frame(message, &mut self.memory)
-            .map(Some)
-            .map_err(|e| {
-                metrics::invalid(InvalidReason::Malformed);
-                Status::invalid_argument(format!("malformed {}: {e}", T::NAME))
-            })
+        T::from_frame(message).map(Some).map_err(|e| {
+            metrics::invalid(InvalidReason::Malformed);
+            Status::invalid_argument(format!("malformed {}: {e}", T::NAME))
+        })
     }
 }
 

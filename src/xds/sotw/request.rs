@@ -57,10 +57,9 @@ pub(crate) struct SotwRequest {
 
 impl FromFrame for SotwRequest {
     const NAME: &'static str = "DiscoveryRequest";
-    type Memory = RecentLists;
 
-    fn from_frame(message: MessageBytes, recent: &mut RecentLists) -> Result<Self, String> {
-        let (names, rest) = NameList::parse(message, recent)?;
+    fn from_frame(message: MessageBytes) -> Result<Self, String> {
+        let (names, rest) = NameList::parse(message)?;
         // Only the other fields' bytes: prost does not walk the names a second time to skip them.
         let fields = Fields::decode(rest).map_err(|e| e.to_string())?;
         Ok(Self {
@@ -95,23 +94,26 @@ impl NameList {
     /// Fields are read in place within each part; only a field that straddles two parts (at most
     /// one per frame boundary) is copied, on its own. The hash is the same however the list is cut
     /// (`ListHasher` hashes the concatenation).
-    fn parse(message: MessageBytes, recent: &mut RecentLists) -> Result<(Self, Bytes), String> {
+    fn parse(message: MessageBytes) -> Result<(Self, Bytes), String> {
+        let mut scan = Scan::default();
         let parts = message.parts();
-        let scan = match recent.recognise(parts)? {
-            Some(scan) => scan,
-            None => {
-                let mut scan = Scan::default();
-                scan.parts(parts, (0, 0))?;
-                recent.remember(&scan);
-                scan
+        let (mut i, mut pos) = (0, 0);
+        while let Some(part) = parts.get(i) {
+            let stop = scan.part(part, pos)?;
+            if stop == part.len() {
+                (i, pos) = (i + 1, 0);
+                continue;
             }
-        };
+            // The field at `stop` goes on in the next part(s): read it from a copy of its bytes.
+            let (field, next) = straddling_field(parts, (i, stop))?;
+            scan.part(&field, 0)?;
+            (i, pos) = next;
+        }
         let Scan {
             hasher,
             count,
             longest,
             others,
-            ..
         } = scan;
         let list = Self {
             hash: hasher.finish(),
@@ -170,45 +172,9 @@ struct Scan {
     longest: usize,
     /// The bytes of every field but the names, in order (a few small fields).
     others: Vec<u8>,
-    /// Where the names lie in the message: from the first one's start to the last one's end.
-    names: Option<(usize, usize)>,
-    /// Another field lies between two names.
-    split: bool,
-    /// Where the part being read starts in the message.
-    base: usize,
 }
 
 impl Scan {
-    /// Reads the message's fields from `at` (part, offset) to its end.
-    fn parts(&mut self, parts: &[Bytes], (mut i, mut pos): (usize, usize)) -> Result<(), String> {
-        while let Some(part) = parts.get(i) {
-            self.base = start_of(parts, i);
-            let stop = self.part(part, pos)?;
-            if stop == part.len() {
-                (i, pos) = (i + 1, 0);
-                continue;
-            }
-            // The field at `stop` goes on in the next part(s): read it from a copy of its bytes.
-            let (field, next) = straddling_field(parts, (i, stop))?;
-            self.base += stop;
-            self.part(&field, 0)?;
-            (i, pos) = next;
-        }
-        Ok(())
-    }
-
-    /// A name lay at `start..end` of the part being read.
-    fn name_at(&mut self, start: usize, end: usize) {
-        let (start, end) = (self.base + start, self.base + end);
-        self.names = Some(match self.names {
-            None => (start, end),
-            Some((first, last)) => {
-                self.split |= last != start;
-                (first, end)
-            }
-        });
-    }
-
     /// Reads the fields of `part` from `pos` on, up to one that goes on past the part's end;
     /// returns where that one starts (the part's length when none does).
     ///
@@ -228,7 +194,7 @@ impl Scan {
                     break;
                 }
                 if run.1 != pos {
-                    self.flush(part, run)?;
+                    flush_run(part, run, &mut self.hasher)?;
                     run.0 = pos;
                 }
                 run.1 = end;
@@ -246,148 +212,17 @@ impl Scan {
                     self.count += 1;
                     self.longest = self.longest.max(name.len());
                     // In list order: the run before it first.
-                    self.flush(part, run)?;
+                    flush_run(part, run, &mut self.hasher)?;
                     run = (field.end, field.end);
                     self.hasher.add(name);
-                    self.name_at(pos, field.end);
                 }
                 None => self.others.extend_from_slice(&part[pos..field.end]),
             }
             pos = field.end;
         }
-        self.flush(part, run)?;
+        flush_run(part, run, &mut self.hasher)?;
         Ok(pos)
     }
-
-    /// Checks a run of one-byte-framed entries as UTF-8 and adds it to the hash.
-    fn flush(&mut self, part: &[u8], run: (usize, usize)) -> Result<(), String> {
-        let entries = part.get(run.0..run.1).unwrap_or_default();
-        if !entries.is_empty() {
-            str::from_utf8(entries).map_err(|e| format!("resource_names: {e}"))?;
-            self.hasher.add_encoded(entries);
-            self.name_at(run.0, run.1);
-        }
-        Ok(())
-    }
-}
-
-/// Where part `i` starts in the message.
-fn start_of(parts: &[Bytes], i: usize) -> usize {
-    parts[..i].iter().map(Bytes::len).sum()
-}
-
-/// How many recent name lists a stream remembers: its EDS and its RDS subscription.
-const RECENT_LISTS: usize = 2;
-
-/// A name list a stream's request carried, by where it lay.
-#[derive(Debug, Clone, Copy)]
-struct SeenList {
-    /// Its bytes, from the first entry's start to the last one's end (nothing else between).
-    len: usize,
-    count: usize,
-    hash: u128,
-    longest: usize,
-}
-
-/// The name lists of a stream's latest requests, newest first: Envoy repeats its whole EDS
-/// subscription in every EDS ACK, so the next list is usually one of these, byte for byte.
-///
-/// An ACK is then recognised without walking its names one by one (with no copy before it, that
-/// walk is the first to read the frames and takes their cache misses, ~17 % of the server's CPU in
-/// a SotW endpoint change at 5,000 proxies): the fields before the names are read, the bytes where
-/// the remembered list would lie are hashed in one pass, and the list is the same when the hash
-/// matches and a field other than a name (or the end) follows. The list's count, hash and longest
-/// name are then the remembered ones; its UTF-8 was checked when it was first read. Any other
-/// list, or one in another encoding, is read name by name, and remembered.
-#[derive(Debug, Default)]
-pub(crate) struct RecentLists([Option<SeenList>; RECENT_LISTS]);
-
-impl RecentLists {
-    /// The scan of `parts` when their names are a remembered list; `None` to read them in full.
-    fn recognise(&mut self, parts: &[Bytes]) -> Result<Option<Scan>, String> {
-        if self.0[0].is_none() {
-            return Ok(None);
-        }
-        // The fields before the names, read in place in the first part.
-        let mut scan = Scan::default();
-        let first = parts.first().map_or(&[][..], |p| &p[..]);
-        let mut pos = 0;
-        let start = loop {
-            let Some(field) = field_at(first, pos)?.filter(|f| f.end <= first.len()) else {
-                return Ok(None);
-            };
-            if field.is_name {
-                break pos;
-            }
-            scan.others.extend_from_slice(&first[pos..field.end]);
-            pos = field.end;
-        };
-        let total = start_of(parts, parts.len());
-        for (k, seen) in self.0.iter().enumerate() {
-            let Some(seen) = *seen else { break };
-            let end = start + seen.len;
-            if end > total {
-                continue;
-            }
-            let hasher = hash_range(parts, start, end);
-            if hasher.finish() != seen.hash {
-                continue;
-            }
-            // What follows must not be another name (a longer list).
-            let mut rest = Scan::default();
-            rest.parts(parts, position(parts, end))?;
-            if rest.count > 0 {
-                return Ok(None);
-            }
-            scan.others.extend_from_slice(&rest.others);
-            scan.hasher = hasher;
-            scan.count = seen.count;
-            scan.longest = seen.longest;
-            self.0[..=k].rotate_right(1);
-            return Ok(Some(scan));
-        }
-        Ok(None)
-    }
-
-    /// Remembers the list `scan` read, when it lay in one piece.
-    fn remember(&mut self, scan: &Scan) {
-        let Some((first, last)) = scan.names.filter(|_| !scan.split) else {
-            return;
-        };
-        let seen = SeenList {
-            len: last - first,
-            count: scan.count,
-            hash: scan.hasher.finish(),
-            longest: scan.longest,
-        };
-        self.0.rotate_right(1);
-        self.0[0] = Some(seen);
-    }
-}
-
-/// The list hash of the bytes `start..end` of the message, as they lie in `parts`.
-fn hash_range(parts: &[Bytes], start: usize, end: usize) -> ListHasher {
-    let mut hasher = ListHasher::default();
-    let mut at = 0;
-    for part in parts {
-        let (from, to) = (start.max(at), end.min(at + part.len()));
-        if from < to {
-            hasher.add_encoded(&part[from - at..to - at]);
-        }
-        at += part.len();
-    }
-    hasher
-}
-
-/// The (part, offset) of byte `at` of the message; past the last part at its end.
-fn position(parts: &[Bytes], mut at: usize) -> (usize, usize) {
-    for (i, part) in parts.iter().enumerate() {
-        if at < part.len() {
-            return (i, at);
-        }
-        at -= part.len();
-    }
-    (parts.len(), 0)
 }
 
 /// The bytes of the field that starts at `at` (part, offset) and goes on past that part, copied
@@ -484,6 +319,16 @@ fn field_at(msg: &[u8], pos: usize) -> Result<Option<Field>, String> {
     }))
 }
 
+/// Checks a run of one-byte-framed entries (`Scan::part`) as UTF-8 and adds it to the hash.
+fn flush_run(msg: &[u8], run: (usize, usize), hasher: &mut ListHasher) -> Result<(), String> {
+    let entries = msg.get(run.0..run.1).unwrap_or_default();
+    if !entries.is_empty() {
+        str::from_utf8(entries).map_err(|e| format!("resource_names: {e}"))?;
+        hasher.add_encoded(entries);
+    }
+    Ok(())
+}
+
 /// A base-128 varint at `pos` (at most 10 bytes); `None` when `msg` ends within it.
 fn varint(msg: &[u8], pos: &mut usize) -> Result<Option<u64>, String> {
     let mut value = 0u64;
@@ -506,11 +351,6 @@ mod tests {
 
     use super::*;
     use crate::xds::subscription::{encode_varint, list_hash};
-
-    /// Reads `message` as a stream's first request.
-    fn read(message: MessageBytes) -> Result<SotwRequest, String> {
-        SotwRequest::from_frame(message, &mut RecentLists::default())
-    }
 
     fn encode(req: &DiscoveryRequest) -> MessageBytes {
         Bytes::from(req.encode_to_vec()).into()
@@ -535,7 +375,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let view = read(encode(&req)).unwrap();
+        let view = SotwRequest::from_frame(encode(&req)).unwrap();
         assert_eq!(view.version_info, "v1");
         assert_eq!(view.node.as_ref().unwrap().id, "sidecar~1");
         assert_eq!(view.type_url, req.type_url);
@@ -568,7 +408,7 @@ mod tests {
         msg.extend(entry("d"));
         msg.extend([ListHasher::ENTRY_KEY, 0x81, 0x00, b'e']); // length 1 as a two-byte varint
         msg.extend(entry("f"));
-        let view = read(Bytes::from(msg).into()).unwrap();
+        let view = SotwRequest::from_frame(Bytes::from(msg).into()).unwrap();
         let names = ["a", &long, "b", "c", "d", "e", "f"];
         assert_eq!(view.names.each().collect::<Vec<_>>(), names);
         assert_eq!(view.response_nonce, "n");
@@ -578,14 +418,14 @@ mod tests {
 
     #[test]
     fn no_names_and_bad_input() {
-        let empty = read(encode(&DiscoveryRequest::default())).unwrap();
+        let empty = SotwRequest::from_frame(encode(&DiscoveryRequest::default())).unwrap();
         assert_eq!(empty.names.count(), 0);
         // A name that is not UTF-8 is malformed (TRANS-10), as a full decode says.
         let mut bad = vec![(3 << 3) | 2, 2, 0xff, 0xfe];
-        assert!(read(Bytes::from(bad.clone()).into()).is_err());
+        assert!(SotwRequest::from_frame(Bytes::from(bad.clone()).into()).is_err());
         // A length past the end is malformed.
         bad[1] = 9;
-        assert!(read(Bytes::from(bad).into()).is_err());
+        assert!(SotwRequest::from_frame(Bytes::from(bad).into()).is_err());
     }
 
     #[test]
@@ -595,7 +435,7 @@ mod tests {
         let ok = |n: &[u8]| [&[ListHasher::ENTRY_KEY, n.len() as u8][..], n].concat();
         let good = [ok(b"a"), ok("é".as_bytes()), ok(b"c")].concat();
         assert_eq!(
-            read(Bytes::from(good.clone()).into())
+            SotwRequest::from_frame(Bytes::from(good.clone()).into())
                 .unwrap()
                 .names
                 .each()
@@ -606,11 +446,11 @@ mod tests {
         for at in [0, 1, 3] {
             let mut runs = vec![ok(b"a"), ok(b"b"), ok(b"c")];
             runs.insert(at, bad.clone());
-            let err = read(Bytes::from(runs.concat()).into()).unwrap_err();
+            let err = SotwRequest::from_frame(Bytes::from(runs.concat()).into()).unwrap_err();
             assert!(err.contains("resource_names"), "{err}");
         }
         let split = [ok(&"é".as_bytes()[..1]), ok(&"é".as_bytes()[1..])].concat();
-        assert!(read(Bytes::from(split).into()).is_err());
+        assert!(SotwRequest::from_frame(Bytes::from(split).into()).is_err());
         let long = DiscoveryRequest {
             resource_names: vec!["x".repeat(200), "y".into()],
             ..Default::default()
@@ -618,7 +458,7 @@ mod tests {
         let mut msg = long.encode_to_vec();
         let last = msg.len() - 1;
         msg[last] = 0xc3;
-        assert!(read(Bytes::from(msg).into()).is_err());
+        assert!(SotwRequest::from_frame(Bytes::from(msg).into()).is_err());
     }
 
     /// `msg` cut into parts at `cuts`.
@@ -647,7 +487,7 @@ mod tests {
             ..Default::default()
         };
         let msg = req.encode_to_vec();
-        let whole = read(encode(&req)).unwrap();
+        let whole = SotwRequest::from_frame(encode(&req)).unwrap();
         let check = |view: SotwRequest, at: &[usize]| {
             assert_eq!(
                 view.names.each().collect::<Vec<_>>(),
@@ -666,11 +506,14 @@ mod tests {
             );
         };
         for a in 0..=msg.len() {
-            check(read(cut(&msg, &[a])).unwrap(), &[a]);
+            check(SotwRequest::from_frame(cut(&msg, &[a])).unwrap(), &[a]);
         }
         for a in (0..msg.len()).step_by(3) {
             for b in a..=msg.len() {
-                check(read(cut(&msg, &[a, b])).unwrap(), &[a, b]);
+                check(
+                    SotwRequest::from_frame(cut(&msg, &[a, b])).unwrap(),
+                    &[a, b],
+                );
             }
         }
     }
@@ -687,7 +530,7 @@ mod tests {
         for end in (1..ok.len()).filter(|e| *e != 5) {
             for at in 0..=end {
                 assert!(
-                    read(cut(&ok[..end], &[at])).is_err(),
+                    SotwRequest::from_frame(cut(&ok[..end], &[at])).is_err(),
                     "truncated at {end}, cut at {at}"
                 );
             }
@@ -695,88 +538,10 @@ mod tests {
         let mut bad = ok.clone();
         bad[3] = 0xff;
         for at in 0..=bad.len() {
-            assert!(read(cut(&bad, &[at])).is_err(), "cut at {at}");
+            assert!(
+                SotwRequest::from_frame(cut(&bad, &[at])).is_err(),
+                "cut at {at}"
+            );
         }
-    }
-
-    #[test]
-    fn a_repeated_list_reads_as_a_first_one() {
-        // A stream's requests in turn, each read with what the earlier ones left and compared with
-        // the same request read as a first one: the same list repeated (with another nonce), cut
-        // anywhere; a longer list that starts like it; another order; a list split by a field.
-        let names = |n: usize| {
-            (0..n)
-                .map(|i| format!("outbound|80||s{i}.ns"))
-                .collect::<Vec<_>>()
-        };
-        let req = |names: Vec<String>, nonce: &str| DiscoveryRequest {
-            version_info: "v".into(),
-            resource_names: names,
-            type_url: "eds".into(),
-            response_nonce: nonce.into(),
-            ..Default::default()
-        };
-        let mut reversed = names(40);
-        reversed.reverse();
-        let mut split = req(names(3), "n").encode_to_vec();
-        split.extend([(5 << 3) | 2, 1, b'x']);
-        split.extend(req(names(2), "").encode_to_vec());
-        let mut requests = vec![req(names(40), "n1").encode_to_vec()];
-        requests.push(req(names(40), "n22").encode_to_vec());
-        requests.push(req(names(41), "n3").encode_to_vec());
-        requests.push(req(names(40), "n4").encode_to_vec());
-        requests.push(req(reversed, "n5").encode_to_vec());
-        requests.push(req(names(40), "n6").encode_to_vec());
-        requests.push(split.clone());
-        requests.push(split);
-        requests.push(req(vec![], "n9").encode_to_vec());
-        let mut recent = RecentLists::default();
-        for (k, msg) in requests.iter().enumerate() {
-            for at in [0, 1, 7, msg.len() / 2, msg.len()] {
-                let mut memory = RecentLists(recent.0);
-                let got = SotwRequest::from_frame(cut(msg, &[at]), &mut memory).unwrap();
-                let want = read(Bytes::from(msg.clone()).into()).unwrap();
-                let what = format!("request {k}, cut at {at}");
-                assert_eq!(got.names.list_key(), want.names.list_key(), "{what}");
-                assert_eq!(got.names.longest(), want.names.longest(), "{what}");
-                assert_eq!(
-                    got.names.each().collect::<Vec<_>>(),
-                    want.names.each().collect::<Vec<_>>(),
-                    "{what}"
-                );
-                assert_eq!(got.response_nonce, want.response_nonce, "{what}");
-                assert_eq!(got.type_url, want.type_url, "{what}");
-            }
-            SotwRequest::from_frame(Bytes::from(msg.clone()).into(), &mut recent).unwrap();
-        }
-    }
-
-    #[test]
-    fn a_repeated_list_is_recognised_without_its_walk() {
-        let req = DiscoveryRequest {
-            resource_names: vec!["a".into(), "b".into()],
-            response_nonce: "1".into(),
-            ..Default::default()
-        };
-        let mut recent = RecentLists::default();
-        let parts = [Bytes::from(req.encode_to_vec())];
-        assert!(
-            recent.recognise(&parts).unwrap().is_none(),
-            "nothing remembered yet"
-        );
-        SotwRequest::from_frame(parts[0].clone().into(), &mut recent).unwrap();
-        let scan = recent.recognise(&parts).unwrap().expect("the same list");
-        assert_eq!((scan.count, scan.longest), (2, 1));
-        // Another list of the same length in bytes is not taken for it.
-        let other = DiscoveryRequest {
-            resource_names: vec!["a".into(), "c".into()],
-            ..req
-        };
-        assert!(
-            recent
-                .recognise(&[Bytes::from(other.encode_to_vec())])
-                .unwrap()
-                .is_none()
-        );
     }
 }
