@@ -2,13 +2,15 @@
 //!
 //! tonic's `Streaming` reserves room for the largest message it ever received and keeps that
 //! buffer for the stream's life: one SotW EDS ACK naming 2,000 clusters (~90 KB) pins ~90 KB per
-//! proxy long after it was decoded. This reader copies nothing: a message is handed out as the
-//! DATA frames' own bytes ([`MessageBytes`]), one part when it lies within one frame (every ACK of a
-//! delta client), several when it spans frames (that ACK arrives in six 16 KiB frames). Only bytes
-//! not yet handed out are kept, so an idle stream holds no request bytes at all. A caller that
-//! needs the message in one piece copies it then ([`MessageBytes::contiguous`]); a SotW request
-//! reads its names across the parts as they lie (`sotw/request.rs`), which spares each such ACK
-//! a 90 KB buffer put together (and faulted in) only to be read once.
+//! proxy long after it was decoded. This reader copies as little as it can: a message is handed
+//! out as the DATA frames' own bytes ([`MessageBytes`]), one part when it lies within one frame
+//! (every ACK of a delta client), several when it spans frames (that ACK arrives in six 16 KiB
+//! frames); only a small frame that follows others, and what a message carries after its eighth
+//! frame, are copied together ([`SMALL_FRAME`], [`MAX_PARTS`]). Only bytes not yet handed out are
+//! kept, so an idle stream holds no request bytes at all. A caller that needs the message in one
+//! piece copies it then ([`MessageBytes::contiguous`]); a SotW request reads its names across the
+//! parts as they lie (`sotw/request.rs`), which spares each such ACK a 90 KB buffer put together
+//! (and faulted in) only to be read once.
 //!
 //! Errors mirror tonic's for the same input, so clients see the same statuses: a message over the
 //! limit is `OUT_OF_RANGE` (the stream turns it into `RESOURCE_EXHAUSTED`, TRANS-10), a compressed
