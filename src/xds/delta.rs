@@ -34,11 +34,12 @@ use super::connections::TypeStatus;
 use super::metrics::InvalidReason;
 use super::names::SharedNames;
 use super::per_type::PerType;
+use super::record::Sent;
 use super::request::{Kind, MAX_NAMES_PER_REQUEST, check_names, refuse};
 use super::response::{self, TooLarge};
 use super::stream::Protocol;
 use crate::envoy::ResourceType;
-use crate::snapshot::{Snapshot, TypeResources, View};
+use crate::snapshot::{Snapshot, TypeResources, TypeVersion, View};
 use state::{DeltaBuilt, DeltaState, Request};
 
 /// The delta side of one stream.
@@ -174,11 +175,16 @@ impl Protocol for Delta {
         built
     }
 
+    fn version(built: &DeltaBuilt) -> TypeVersion {
+        built.version
+    }
+
     fn frame(
         ty: ResourceType,
         type_url: &str,
         built: &mut DeltaBuilt,
         nonce: &str,
+        version: &str,
         view: View,
         full_sets: &FullSetCache,
     ) -> Result<(Framed, usize), TooLarge> {
@@ -190,8 +196,7 @@ impl Protocol for Delta {
                 .flat_map(|r| r.delta_entry())
                 .collect(),
         };
-        let version = built.version.to_string();
-        response::frame_delta(ty, type_url, &version, nonce, &built.removed, entries)
+        response::frame_delta(ty, type_url, version, nonce, &built.removed, entries)
     }
 
     fn change_driven(built: &DeltaBuilt) -> bool {
@@ -232,9 +237,9 @@ impl Protocol for Delta {
             .chain(&built.removed)
     }
 
-    fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: DeltaBuilt) {
+    fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, version: Arc<str>, built: DeltaBuilt) {
         if let Some(state) = self.types.get_mut(ty) {
-            state.sent(nonce, built.version, built.restore);
+            state.sent(Sent::now(nonce, built.version, version), built.restore);
         }
     }
 

@@ -24,14 +24,20 @@ pub(crate) struct Sent {
 }
 
 impl Sent {
-    /// A response with `nonce` and `version`, handed over now.
-    pub(crate) fn now(nonce: Arc<str>, version: TypeVersion) -> Self {
+    /// A response with `nonce` and `version` (spelled `version_text`), handed over now.
+    pub(crate) fn now(nonce: Arc<str>, version: TypeVersion, version_text: Arc<str>) -> Self {
         Self {
             nonce,
             version,
-            version_text: Arc::from(version.to_string()),
+            version_text,
             at: SystemTime::now(),
         }
+    }
+
+    /// [`Self::now`], spelling the version itself (tests).
+    #[cfg(test)]
+    pub(crate) fn spelled(nonce: &str, version: TypeVersion) -> Self {
+        Self::now(Arc::from(nonce), version, Arc::from(version.to_string()))
     }
 }
 

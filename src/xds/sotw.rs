@@ -23,13 +23,14 @@ use super::cache::FullSetCache;
 use super::connections::TypeStatus;
 use super::names::SharedNames;
 use super::per_type::PerType;
+use super::record::Sent;
 use super::request::{Kind, MAX_NAME_BYTES, MAX_NAMES_PER_REQUEST, check_names};
 use super::response::{self, TooLarge};
 use super::stream::Protocol;
 use super::subscription::Known;
 use super::subscription::SotwNames;
 use crate::envoy::ResourceType;
-use crate::snapshot::{Snapshot, TypeResources, View};
+use crate::snapshot::{Snapshot, TypeResources, TypeVersion, View};
 use request::SotwRequest;
 use state::{SotwBuilt, SotwState};
 
@@ -147,20 +148,24 @@ impl Protocol for Sotw {
             .build(snap, view, retain_from, full_sets)
     }
 
+    fn version(built: &SotwBuilt) -> TypeVersion {
+        built.version
+    }
+
     fn frame(
         ty: ResourceType,
         type_url: &str,
         built: &mut SotwBuilt,
         nonce: &str,
+        version: &str,
         _view: View,
         _full_sets: &FullSetCache,
     ) -> Result<(Framed, usize), TooLarge> {
-        let version = built.version.to_string();
         let entries = std::mem::take(&mut built.entries);
         response::frame(
             ty,
             type_url,
-            &version,
+            version,
             nonce,
             entries,
             Arc::clone(&built.names),
@@ -197,9 +202,9 @@ impl Protocol for Sotw {
         built.names.iter()
     }
 
-    fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: SotwBuilt) {
+    fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, version: Arc<str>, built: SotwBuilt) {
         if let Some(state) = self.types.get_mut(ty) {
-            state.sent(nonce, built.version, built.names);
+            state.sent(Sent::now(nonce, built.version, version), built.names);
         }
     }
 

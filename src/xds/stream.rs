@@ -42,7 +42,7 @@ use super::request::{
 use super::response::{TooLarge, frame_empty};
 use super::warming::WarmGate;
 use crate::envoy::ResourceType;
-use crate::snapshot::{Snapshot, SnapshotStore, TypeResources, View};
+use crate::snapshot::{Snapshot, SnapshotStore, TypeResources, TypeVersion, View};
 
 /// Everything a stream needs from the server.
 pub(crate) struct Params {
@@ -123,13 +123,18 @@ pub(crate) trait Protocol: Default {
         hold_removals: bool,
         full_sets: &FullSetCache,
     ) -> Option<Self::Built>;
-    /// Frames `built` with `nonce`, as `type_url` (the URL the client asked `ty` with); returns
-    /// the framed response and its message size.
+    /// The type version `built` answers with (`version_info` / `system_version_info`).
+    fn version(built: &Self::Built) -> TypeVersion;
+    /// Frames `built` with `nonce` and `version` (its [`Self::version`], spelled out), as
+    /// `type_url` (the URL the client asked `ty` with); returns the framed response and its
+    /// message size.
+    #[allow(clippy::too_many_arguments)]
     fn frame(
         ty: ResourceType,
         type_url: &str,
         built: &mut Self::Built,
         nonce: &str,
+        version: &str,
         view: View,
         full_sets: &FullSetCache,
     ) -> Result<(Framed, usize), TooLarge>;
@@ -148,8 +153,8 @@ pub(crate) trait Protocol: Default {
     ) -> Vec<Arc<str>>;
     /// EDS only: the names `built` answers (resources and removals).
     fn carried(built: &Self::Built) -> impl Iterator<Item = &Arc<str>>;
-    /// Records that `built` of `ty` was handed to the body with `nonce`.
-    fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, built: Self::Built);
+    /// Records that `built` of `ty` was handed to the body with `nonce` and `version`.
+    fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, version: Arc<str>, built: Self::Built);
     /// The push is complete: what [`Self::build`] held back is owed now (SOTW-31).
     fn end_cycle(&mut self);
     /// Owes everything subscribed again (`/debug/adsz?push=true`).
@@ -177,6 +182,7 @@ pub(crate) struct Stream<P: Protocol> {
     urls: [&'static str; ResourceType::COUNT],
     /// Collections the client asked for that tributary does not serve, owed an empty answer.
     empty: EmptyAnswers,
+    metrics: metrics::PushMetrics,
 }
 
 /// Runs one stream to its end: waits for the first request, checks its node, registers the
@@ -203,7 +209,8 @@ pub(crate) async fn run<P: Protocol>(
     let registration = params.connections.register(&node, params.peer, delta);
     let conn = Arc::clone(registration.id());
     let force_push = registration.force_push();
-    let drain = params.drain.clone();
+    // A token of its own: every stream polling the server-wide token would take its one lock.
+    let drain = params.drain.child_token();
     let node_id = Arc::clone(&node.id);
     let peer = peer_text(params.peer);
     tracing::info!(%conn, node = %node_id, %peer, delta, "xDS stream connected");
@@ -221,6 +228,7 @@ pub(crate) async fn run<P: Protocol>(
         gate: WarmGate::default(),
         urls: ResourceType::ALL.map(ResourceType::type_url),
         empty: EmptyAnswers::default(),
+        metrics: metrics::PushMetrics::default(),
     };
     let status = stream
         .serve(first, requests, snapshots, drain, &force_push)
@@ -456,12 +464,15 @@ impl<P: Protocol> Stream<P> {
                     continue;
                 };
                 let nonce = self.next_nonce();
+                // Spelled out once, for the response and for client status.
+                let version: Arc<str> = Arc::from(P::version(&built).to_string());
                 let full_sets = &self.params.full_sets;
                 let (framed, len) = match P::frame(
                     ty,
                     self.urls[ty.index()],
                     &mut built,
                     &nonce,
+                    &version,
                     view,
                     full_sets,
                 ) {
@@ -487,9 +498,8 @@ impl<P: Protocol> Stream<P> {
                 } else if ty == ResourceType::Endpoint {
                     self.gate.answered(P::carried(&built));
                 }
-                self.proto.sent(ty, nonce, built);
-                metrics::pushed(ty, len);
-                metrics::push_time(ty, started.elapsed());
+                self.proto.sent(ty, nonce, version, built);
+                self.metrics.pushed(ty, len, started.elapsed());
                 self.registration.update(ty, self.proto.status(ty));
                 if change_driven {
                     self.unconverged.get_or_insert(snap.triggered_at);
@@ -517,7 +527,7 @@ impl<P: Protocol> Stream<P> {
     fn end_cycle(&mut self) {
         self.cycle = None;
         if let Some(t) = self.unconverged.take() {
-            metrics::converged(t.elapsed());
+            self.metrics.converged(t.elapsed());
         }
         self.proto.end_cycle();
     }

@@ -424,13 +424,13 @@ impl DeltaState {
     }
 
     /// Records that the response `built` came from went out with `nonce`.
-    pub(crate) fn sent(&mut self, nonce: Arc<str>, version: TypeVersion, mut restore: Restore) {
+    pub(crate) fn sent(&mut self, sent: Sent, mut restore: Restore) {
         // Kept until the client acknowledges this response or the next one is staged; that includes
         // a first response's initial versions, so a recalled reconnect answer is rebuilt with its
         // removals (bounded by the request size limit).
         restore.sent = self.sent.take();
         self.staged = Some(restore);
-        self.sent = Some(Sent::now(nonce, version));
+        self.sent = Some(sent);
     }
 
     /// The staged response was taken back before the body started it: it never reached the

@@ -508,9 +508,9 @@ impl SotwState {
     }
 
     /// Records that a response with `nonce` and `version` was handed to the body (SOTW-10).
-    pub(crate) fn sent(&mut self, nonce: Arc<str>, version: TypeVersion, names: Arc<[Arc<str>]>) {
+    pub(crate) fn sent(&mut self, sent: Sent, names: Arc<[Arc<str>]>) {
         self.before_staged = Some(self.sent.take());
-        self.sent = Some(Sent::now(nonce, version));
+        self.sent = Some(sent);
         if self.ty == ResourceType::Endpoint {
             for n in names.iter() {
                 self.warming.remove(n);

@@ -56,7 +56,7 @@ fn respond(st: &mut DeltaState, s: &Snapshot, nonce: &str) -> Option<(Vec<String
         })
         .collect();
     let removed = built.removed.iter().map(|n| n.to_string()).collect();
-    st.sent(Arc::from(nonce), built.version, built.restore);
+    st.sent(Sent::spelled(nonce, built.version), built.restore);
     Some((sent, removed))
 }
 
@@ -369,7 +369,7 @@ fn deferred_removals_follow_when_released() {
     let s2 = next(&mut b, &[("c", "1")], &["b"]);
     let built = st.build(&s2, View::Envoy, true).expect("c is new");
     assert_eq!(built.removed, Vec::<Arc<str>>::new());
-    st.sent(Arc::from("n2"), built.version, built.restore);
+    st.sent(Sent::spelled("n2", built.version), built.restore);
     assert!(!st.has_work(s2.seq));
     st.release_deferred();
     assert_eq!(respond(&mut st, &s2, "n3"), Some((vec![], strings(&["b"]))));
@@ -417,15 +417,13 @@ fn one_change_on_a_large_mesh_sends_one_resource() {
     let mut st = cds();
     request(&mut st, "", &[], &[]);
     let first = st.build(&snap, View::Envoy, false).expect("full response");
-    st.sent(Arc::from("n0"), first.version, first.restore);
+    st.sent(Sent::spelled("n0", first.version), first.restore);
     for i in 0..200 {
         let name = &many[(i * 97) % many.len()].0;
         snap = next(&mut b, &[(name, &format!("v{i}"))], &[]);
         let built = st.build(&snap, View::Envoy, false).expect("one change");
         assert_eq!(built.resources.len(), 1);
-        st.sent(
-            Arc::from(format!("n{}", i + 1)),
-            built.version,
+        st.sent(Sent::spelled(&format!("n{}", i + 1), built.version),
             built.restore,
         );
     }
@@ -443,7 +441,7 @@ fn recalled_reconnect_answer_keeps_its_removals() {
         ..Default::default()
     });
     let built = st.build(&s1, View::Envoy, false).expect("first response");
-    st.sent(Arc::from("n1"), built.version, built.restore);
+    st.sent(Sent::spelled("n1", built.version), built.restore);
     st.recalled();
     assert_eq!(
         respond(&mut st, &s1, "n2"),
@@ -476,7 +474,7 @@ fn a_response_with_the_whole_map_is_marked_shareable_and_names_share_the_snapsho
         .build(&s1, View::Envoy, false)
         .expect("first response");
     assert!(built.whole_set.is_some());
-    eds_like.sent(Arc::from("n1"), built.version, built.restore);
+    eds_like.sent(Sent::spelled("n1", built.version), built.restore);
 
     // One of two changed: not the whole map.
     request(&mut eds_like, "n1", &[], &[]);
