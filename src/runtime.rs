@@ -4,6 +4,7 @@
 //! sockets are bound first, so a port in use fails start-up with a message that says which.
 
 pub(crate) mod accept;
+mod coalesce;
 mod connections;
 mod first_frames;
 pub(crate) mod forward_io;

@@ -39,6 +39,7 @@ use tower::ServiceExt;
 use tracing::debug;
 
 use super::accept::{AcceptErrors, PeerCounts, PeerSlot};
+use super::coalesce::Coalesced;
 use super::first_frames::Watched;
 use super::liveness;
 use crate::config::ConnectionSettings;
@@ -182,7 +183,10 @@ async fn serve_connection<IO>(
         req.map(tonic::body::Body::new)
     });
     let mut conn =
-        pin!(builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)));
+        pin!(builder.serve_connection(
+        TokioIo::new(Coalesced::new(io)),
+        TowerToHyperService::new(service),
+    ));
     let aged = async {
         match age {
             Some(age) => tokio::time::sleep(age).await,
