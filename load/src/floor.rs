@@ -10,7 +10,8 @@
 //! The floor is fair to the requests too (`docs/floor.md`): a sink answers each replayed response
 //! with the very requests tributary's traced proxy sent after it (a SotW proxy's EDS ACKs repeat
 //! every cluster name), and the server reads every request frame to its end without decoding it,
-//! so what tributary spends on top of reading those bytes is what the ratio shows.
+//! so what tributary spends on top of reading those bytes is what the ratio shows. It serves on the
+//! transport tributary serves on: connections gather their small writes (`coalesce.rs`).
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -26,12 +27,16 @@ use http_body::Frame;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 use tonic::server::NamedService;
+use tonic::transport::server::Connected;
 use tonic::transport::Channel;
 
 use crate::probe::Probe;
 use crate::replay::{self, Push};
 use crate::wire::{self, EDS, RawCodec};
+use coalesce::Coalesced;
 
+#[path = "../../src/runtime/coalesce.rs"]
+mod coalesce;
 mod measure;
 
 pub(crate) use measure::{FloorSetup, measure};
@@ -77,6 +82,12 @@ struct TriggerService(Arc<Shared>);
 
 impl NamedService for TriggerService {
     const NAME: &'static str = "load.Floor";
+}
+
+impl Connected for Coalesced<tokio::net::TcpStream> {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) {}
 }
 
 type Req = http::Request<tonic::body::Body>;
@@ -172,7 +183,11 @@ pub(crate) async fn serve_on(
         pushes: tx,
         next: AtomicUsize::new(1),
     });
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    // The transport tributary serves on (`src/runtime/coalesce.rs`): a floor that wrote every
+    // response in a system call of its own would not be the floor.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .map(|conn| conn.map(Coalesced::new));
     tonic::transport::Server::builder()
         .add_service(FloorService(Arc::clone(&shared)))
         .add_service(TriggerService(shared))

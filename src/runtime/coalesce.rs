@@ -145,3 +145,179 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Coalesced<IO> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Wake, Waker};
+
+    use tokio::io::DuplexStream;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    struct Harness {
+        io: Coalesced<DuplexStream>,
+        peer: DuplexStream,
+        wakes: Arc<Wakes>,
+        waker: Waker,
+    }
+
+    impl Harness {
+        fn new() -> Self {
+            let (ours, peer) = tokio::io::duplex(1 << 20);
+            let wakes = Arc::new(Wakes::default());
+            Self {
+                io: Coalesced::new(ours),
+                peer,
+                waker: Waker::from(Arc::clone(&wakes)),
+                wakes,
+            }
+        }
+
+        fn write(&mut self, data: &[u8]) {
+            let mut cx = Context::from_waker(&self.waker);
+            let n = Pin::new(&mut self.io).poll_write(&mut cx, data);
+            assert!(matches!(n, Poll::Ready(Ok(n)) if n == data.len()));
+        }
+
+        fn write_vectored(&mut self, parts: &[&[u8]]) {
+            let mut cx = Context::from_waker(&self.waker);
+            let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+            let len: usize = parts.iter().map(|p| p.len()).sum();
+            let n = Pin::new(&mut self.io).poll_write_vectored(&mut cx, &slices);
+            assert!(matches!(n, Poll::Ready(Ok(n)) if n == len));
+        }
+
+        fn flush(&mut self) {
+            let mut cx = Context::from_waker(&self.waker);
+            assert!(matches!(
+                Pin::new(&mut self.io).poll_flush(&mut cx),
+                Poll::Ready(Ok(()))
+            ));
+        }
+
+        fn wakes(&self) -> usize {
+            self.wakes.0.load(Ordering::SeqCst)
+        }
+
+        /// Everything the peer can read now.
+        fn received(&mut self) -> Vec<u8> {
+            let mut out = Vec::new();
+            let mut chunk = vec![0u8; 1 << 20];
+            let mut cx = Context::from_waker(Waker::noop());
+            loop {
+                let mut buf = ReadBuf::new(&mut chunk);
+                match Pin::new(&mut self.peer).poll_read(&mut cx, &mut buf) {
+                    Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                        out.extend_from_slice(buf.filled());
+                    }
+                    _ => return out,
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn small_writes_wait_for_a_flush_that_brings_nothing_new() {
+        let mut h = Harness::new();
+        h.write(b"one ");
+        h.flush();
+        assert!(h.received().is_empty(), "the first flush is put off");
+        assert_eq!(h.wakes(), 1, "and the task is woken to flush again");
+        h.write_vectored(&[b"two ", b"three "]);
+        h.flush();
+        assert!(h.received().is_empty(), "more came: put off again");
+        assert_eq!(h.wakes(), 2);
+        h.flush();
+        assert_eq!(h.received(), b"one two three ");
+        assert_eq!(h.wakes(), 2, "nothing held, nothing to wake for");
+        h.flush();
+        assert!(h.received().is_empty());
+    }
+
+    #[test]
+    fn a_flush_is_put_off_a_bounded_number_of_times() {
+        let mut h = Harness::new();
+        let mut expected = Vec::new();
+        for i in 0..MAX_DEFERRALS {
+            h.write(&[i as u8]);
+            expected.push(i as u8);
+            h.flush();
+            assert!(h.received().is_empty());
+        }
+        h.write(b"!");
+        expected.push(b'!');
+        h.flush();
+        assert_eq!(h.received(), expected, "written although more keeps coming");
+    }
+
+    #[test]
+    fn large_writes_go_straight_through_after_what_is_held() {
+        let mut h = Harness::new();
+        h.write(b"head");
+        let large = vec![7u8; DIRECT];
+        h.write_vectored(&[&large[..10], &large[10..]]);
+        let mut expected = b"head".to_vec();
+        expected.extend_from_slice(&large);
+        assert_eq!(h.received(), expected, "in order, without a flush");
+    }
+
+    #[test]
+    fn what_is_held_never_exceeds_the_capacity() {
+        let mut h = Harness::new();
+        let part = vec![1u8; DIRECT - 1];
+        let mut written = 0;
+        while written + part.len() <= CAPACITY {
+            h.write(&part);
+            written += part.len();
+        }
+        assert!(h.received().is_empty());
+        h.write(&part);
+        assert_eq!(h.received().len(), written, "the buffer went out first");
+        assert_eq!(h.io.held(), part.len());
+    }
+
+    #[test]
+    fn a_drain_the_transport_takes_in_parts_resumes_where_it_stopped() {
+        let (ours, mut peer) = tokio::io::duplex(8);
+        let mut io = Coalesced::new(ours);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut io).poll_write(&mut cx, b"0123456789abcdef").is_ready());
+        assert!(Pin::new(&mut io).poll_flush(&mut cx).is_ready(), "put off");
+        assert!(Pin::new(&mut io).poll_flush(&mut cx).is_pending(), "the peer holds 8");
+        let mut got = Vec::new();
+        while got.len() < 16 {
+            let mut chunk = [0u8; 8];
+            let mut buf = ReadBuf::new(&mut chunk);
+            assert!(Pin::new(&mut peer).poll_read(&mut cx, &mut buf).is_ready());
+            got.extend_from_slice(buf.filled());
+            let _ = Pin::new(&mut io).poll_flush(&mut cx);
+        }
+        assert_eq!(got, b"0123456789abcdef");
+        assert_eq!(io.held(), 0);
+    }
+
+    #[tokio::test]
+    async fn shutdown_writes_what_is_held() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (ours, mut peer) = tokio::io::duplex(1024);
+        let mut io = Coalesced::new(ours);
+        io.write_all(b"last words").await.unwrap();
+        io.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"last words");
+    }
+}
