@@ -60,6 +60,7 @@ mod cache;
 mod connections;
 mod csds;
 mod delta;
+mod diffs;
 mod empty_answers;
 pub(crate) mod metrics;
 mod names;
@@ -165,6 +166,7 @@ impl XdsServer {
                 trust_domain: options.trust_domain.map(Arc::from),
                 serve_mcp: options.serve_mcp,
                 full_sets: Arc::default(),
+                diffs: Arc::default(),
                 names: Arc::default(),
                 eds_warm_wait: options.eds_warm_wait,
             }),

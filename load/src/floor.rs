@@ -27,8 +27,8 @@ use http_body::Frame;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::{BroadcastStream, ReceiverStream};
 use tonic::server::NamedService;
-use tonic::transport::server::Connected;
 use tonic::transport::Channel;
+use tonic::transport::server::Connected;
 
 use crate::probe::Probe;
 use crate::replay::{self, Push};

@@ -294,9 +294,16 @@ mod tests {
         let (ours, mut peer) = tokio::io::duplex(8);
         let mut io = Coalesced::new(ours);
         let mut cx = Context::from_waker(Waker::noop());
-        assert!(Pin::new(&mut io).poll_write(&mut cx, b"0123456789abcdef").is_ready());
+        assert!(
+            Pin::new(&mut io)
+                .poll_write(&mut cx, b"0123456789abcdef")
+                .is_ready()
+        );
         assert!(Pin::new(&mut io).poll_flush(&mut cx).is_ready(), "put off");
-        assert!(Pin::new(&mut io).poll_flush(&mut cx).is_pending(), "the peer holds 8");
+        assert!(
+            Pin::new(&mut io).poll_flush(&mut cx).is_pending(),
+            "the peer holds 8"
+        );
         let mut got = Vec::new();
         while got.len() < 16 {
             let mut chunk = [0u8; 8];

@@ -31,6 +31,7 @@ use tonic::Status;
 use super::body::{Framed, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::TypeStatus;
+use super::diffs::DiffCache;
 use super::metrics::InvalidReason;
 use super::names::SharedNames;
 use super::per_type::PerType;
@@ -163,8 +164,9 @@ impl Protocol for Delta {
         view: View,
         hold_removals: bool,
         _full_sets: &FullSetCache,
+        diffs: &DiffCache,
     ) -> Option<DeltaBuilt> {
-        let built = self.types.get_mut(ty)?.build(snap, view, hold_removals);
+        let built = self.types.get_mut(ty)?.build(snap, view, hold_removals, diffs);
         if ty == ResourceType::Route
             && view.vhds()
             && let Some(routes) = &built

@@ -22,6 +22,7 @@ use super::body::{self, ResponseBody, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::Connections;
 use super::delta::Delta;
+use super::diffs::DiffCache;
 use super::names::SharedNames;
 use super::request::{Auth, Requests};
 use super::sotw::Sotw;
@@ -40,6 +41,7 @@ pub(crate) struct Shared {
     pub trust_domain: Option<Arc<str>>,
     pub serve_mcp: bool,
     pub full_sets: Arc<FullSetCache>,
+    pub diffs: Arc<DiffCache>,
     pub names: Arc<SharedNames>,
     pub eds_warm_wait: std::time::Duration,
 }
@@ -93,6 +95,7 @@ impl Shared {
             auth,
             serve_mcp: self.serve_mcp,
             full_sets: Arc::clone(&self.full_sets),
+            diffs: Arc::clone(&self.diffs),
             names: Arc::clone(&self.names),
             eds_warm_wait: self.eds_warm_wait,
         };
@@ -234,6 +237,7 @@ mod tests {
             auth: None,
             serve_mcp: false,
             full_sets: Arc::new(FullSetCache::default()),
+            diffs: Arc::new(DiffCache::default()),
             names: Arc::new(SharedNames::default()),
             eds_warm_wait: std::time::Duration::from_secs(1),
         }

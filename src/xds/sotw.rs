@@ -21,6 +21,7 @@ use tonic::Status;
 use super::body::{Framed, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::TypeStatus;
+use super::diffs::DiffCache;
 use super::names::SharedNames;
 use super::per_type::PerType;
 use super::record::Sent;
@@ -141,6 +142,7 @@ impl Protocol for Sotw {
         view: View,
         hold_removals: bool,
         full_sets: &FullSetCache,
+        _diffs: &DiffCache,
     ) -> Option<SotwBuilt> {
         let retain_from = self.cds_base.as_deref().filter(|_| hold_removals);
         self.types

@@ -31,6 +31,7 @@ use tonic::Status;
 use super::body::{BodyGone, Framed, SlotWriter};
 use super::cache::FullSetCache;
 use super::connections::{Connections, Registration, TypeStatus};
+use super::diffs::DiffCache;
 use super::empty_answers::{EMPTY_VERSION, EmptyAnswers};
 use super::metrics;
 use super::names::SharedNames;
@@ -58,6 +59,8 @@ pub(crate) struct Params {
     pub serve_mcp: bool,
     /// Whole-type bytes shared by wildcard streams.
     pub full_sets: Arc<FullSetCache>,
+    /// What changed between two maps, shared by the delta streams that go the same way.
+    pub diffs: Arc<DiffCache>,
     /// Subscribed name sets shared between streams.
     pub names: Arc<SharedNames>,
     /// How long listeners and routes wait for the EDS of clusters a push added (`warming.rs`).
@@ -115,6 +118,7 @@ pub(crate) trait Protocol: Default {
     /// nothing to send. `hold_removals` (CDS over ADS only): removed clusters must not go away in
     /// this response (make-before-break, SOTW-31); the protocol releases them in
     /// [`Self::end_cycle`].
+    #[allow(clippy::too_many_arguments)]
     fn build(
         &mut self,
         ty: ResourceType,
@@ -122,6 +126,7 @@ pub(crate) trait Protocol: Default {
         view: View,
         hold_removals: bool,
         full_sets: &FullSetCache,
+        diffs: &DiffCache,
     ) -> Option<Self::Built>;
     /// The type version `built` answers with (`version_info` / `system_version_info`).
     fn version(built: &Self::Built) -> TypeVersion;
@@ -458,8 +463,10 @@ impl<P: Protocol> Stream<P> {
                     .iter()
                     .any(|t| self.proto.would_send(*t, &snap, view));
                 let started = Instant::now();
-                let full_sets = &self.params.full_sets;
-                let Some(mut built) = self.proto.build(ty, &snap, view, hold_removals, full_sets)
+                let (full_sets, diffs) = (&self.params.full_sets, &self.params.diffs);
+                let Some(mut built) =
+                    self.proto
+                        .build(ty, &snap, view, hold_removals, full_sets, diffs)
                 else {
                     continue;
                 };

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use imbl::ordmap::DiffItem;
 
 use super::super::connections::TypeStatus;
+use super::super::diffs::DiffCache;
 use super::super::per_type::TypeState;
 use super::super::record::{MAX_ERROR_BYTES, Sent, bounded};
 use super::super::request::Kind;
@@ -302,6 +303,7 @@ impl DeltaState {
         snap: &Snapshot,
         view: View,
         defer_removals: bool,
+        diffs: &DiffCache,
     ) -> Option<DeltaBuilt> {
         let restore_seq = self.synced_seq;
         self.synced_seq = self.synced_seq.max(snap.seq);
@@ -317,7 +319,7 @@ impl DeltaState {
             self.reconcile(&res, held, &mut send, &mut removed);
         } else {
             if let Some(view) = self.view.clone() {
-                self.diff(&view, &res, defer_removals, &mut send, &mut removed);
+                self.diff(&view, &res, defer_removals, diffs, &mut send, &mut removed);
                 change_driven = !send.is_empty() || !removed.is_empty();
             }
             if owed.all || self.view.is_none() {
@@ -358,12 +360,14 @@ impl DeltaState {
     }
 
     /// What changed between the client's `view` and `res`, for the names the subscription covers
-    /// (DELTA-8, DELTA-9). Shared subtrees are skipped: this costs the change.
+    /// (DELTA-8, DELTA-9). Shared subtrees are skipped: this costs the change, worked out once for
+    /// all streams going from `view` to `res` (`diffs.rs`).
     fn diff(
         &mut self,
-        view: &TypeResources,
-        res: &TypeResources,
+        view: &Arc<TypeResources>,
+        res: &Arc<TypeResources>,
         defer_removals: bool,
+        diffs: &DiffCache,
         send: &mut BTreeMap<Arc<str>, Arc<EncodedResource>>,
         removed: &mut BTreeSet<Arc<str>>,
     ) {
@@ -371,21 +375,19 @@ impl DeltaState {
             // The type did not change (every other type's push): nothing to walk.
             return;
         }
-        for item in view.entries.diff(&res.entries) {
-            match item {
-                DiffItem::Add(name, e) | DiffItem::Update { new: (name, e), .. } => {
-                    if self.sub.covers(name) {
-                        send.insert(Arc::clone(name), Arc::clone(&e.resource));
-                    }
+        for change in diffs.between(view, res).iter() {
+            if !self.sub.covers(&change.name) {
+                continue;
+            }
+            let name = Arc::clone(&change.name);
+            match &change.now {
+                Some(resource) => {
+                    send.insert(name, Arc::clone(resource));
                 }
-                DiffItem::Remove(name, _) if self.sub.covers(name) => {
-                    if defer_removals {
-                        self.deferred_removals.push(Arc::clone(name));
-                    } else {
-                        removed.insert(Arc::clone(name));
-                    }
+                None if defer_removals => self.deferred_removals.push(name),
+                None => {
+                    removed.insert(name);
                 }
-                DiffItem::Remove(..) => {}
             }
         }
     }
