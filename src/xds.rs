@@ -64,6 +64,7 @@ mod diffs;
 mod empty_answers;
 pub(crate) mod metrics;
 mod names;
+mod own_waker;
 mod node;
 mod per_type;
 mod record;

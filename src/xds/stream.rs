@@ -19,6 +19,7 @@
 //! newest snapshot (latest wins, TRANS-1). No lock is held across an await and nothing
 //! shared is locked while a response is handed over.
 
+use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +37,7 @@ use super::empty_answers::{EMPTY_VERSION, EmptyAnswers};
 use super::metrics;
 use super::names::SharedNames;
 use super::node::NodeInfo;
+use super::own_waker::OwnWaker;
 use super::request::{
     Auth, FromFrame, Kind, Requests, UnknownTypes, authorize, check_same_node, client_fault,
     first_node, peer_text, request_type,
@@ -300,6 +302,10 @@ impl<P: Protocol> Stream<P> {
         // waiter list (a lock shared by every stream) on every request and push.
         let changed = next_snapshot(snapshots);
         tokio::pin!(changed);
+        // And these three are polled only when they woke the task (`own_waker.rs`): polling each on
+        // every turn took their locks on every request and push.
+        let (drain_waker, changed_waker, forced_waker) =
+            (OwnWaker::new(), OwnWaker::new(), OwnWaker::new());
         loop {
             let want = self.has_work(latest_seq);
             let deadline = self.gate.deadline();
@@ -312,7 +318,9 @@ impl<P: Protocol> Stream<P> {
             };
             tokio::select! {
                 biased;
-                () = &mut drained => return Some(Status::unavailable("server is shutting down")),
+                () = poll_fn(|cx| drain_waker.poll(cx, drained.as_mut())) => {
+                    return Some(Status::unavailable("server is shutting down"));
+                }
                 msg = requests.message() => match msg {
                     Ok(Some(req)) => if let Err(status) = self.on_request(req) {
                         return Some(status);
@@ -325,24 +333,28 @@ impl<P: Protocol> Stream<P> {
                         return None;
                     }
                 }
-                (seq, snapshots) = &mut changed => match seq {
-                    Some(seq) => {
-                        latest_seq = seq;
-                        changed.set(next_snapshot(snapshots));
-                        // Push now if the body has room, not on another turn of the loop: that
-                        // turn polled every arm again (the client's requests first, under h2's
-                        // connection lock) for each push of each stream.
-                        if self.has_work(latest_seq)
-                            && self.writer.has_room().is_some_and(|room| room.is_ok())
-                            && self.push_one(&mut latest_seq).is_err()
-                        {
-                            return None;
+                (seq, snapshots) = poll_fn(|cx| changed_waker.poll(cx, changed.as_mut())) => {
+                    match seq {
+                        Some(seq) => {
+                            latest_seq = seq;
+                            changed.set(next_snapshot(snapshots));
+                            changed_waker.arm();
+                            // Push now if the body has room, not on another turn of the loop: that
+                            // turn polled every arm again (the client's requests first, under h2's
+                            // connection lock) for each push of each stream.
+                            if self.has_work(latest_seq)
+                                && self.writer.has_room().is_some_and(|room| room.is_ok())
+                                && self.push_one(&mut latest_seq).is_err()
+                            {
+                                return None;
+                            }
                         }
+                        None => return Some(Status::unavailable("server is shutting down")),
                     }
-                    None => return Some(Status::unavailable("server is shutting down")),
-                },
-                () = &mut forced => {
+                }
+                () = poll_fn(|cx| forced_waker.poll(cx, forced.as_mut())) => {
                     forced.set(force_push.notified());
+                    forced_waker.arm();
                     self.proto.force_all();
                 }
                 () = gate_expiry => self.expire_gate(),
