@@ -1,70 +1,93 @@
-//! A `select!` branch that is polled only when its own future woke the task.
+//! `select!` branches that are polled only when their own future woke the task.
 //!
 //! `tokio::select!` polls every pending branch each time the task wakes. A stream task wakes for
 //! every request and every push, and its rarely ready branches (the drain token, the snapshot
 //! watch, admin push requests) each took a lock or two to re-register on every poll: ~5 % of the
-//! server's CPU in an endpoint change at 5,000 delta proxies. A branch polled through [`OwnWaker`]
+//! server's CPU in an endpoint change at 5,000 delta proxies. A branch polled through [`OwnWakers`]
 //! hands its future a waker of its own: when the future wakes it, the wake-up is recorded and
 //! passed on to the task, and only then does the branch poll the future again. Otherwise the branch
-//! answers `Pending` at the cost of re-registering the task's waker, which takes no lock.
+//! answers `Pending` after reading one atomic word; the task registers its waker once per poll for
+//! all such branches, with no lock.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use futures::task::AtomicWaker;
 
-struct Flag {
-    woken: AtomicBool,
+struct Shared {
+    /// One bit per branch: its future woke the task since the branch last polled it.
+    woken: AtomicU32,
     task: AtomicWaker,
 }
 
-impl Wake for Flag {
+/// The waker one branch hands its future.
+struct BranchWaker {
+    shared: Arc<Shared>,
+    bit: u32,
+}
+
+impl Wake for BranchWaker {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.task.wake();
+        self.shared.woken.fetch_or(self.bit, Ordering::Release);
+        self.shared.task.wake();
     }
 }
 
-/// The waker of one branch; see the module doc.
-pub(crate) struct OwnWaker {
-    flag: Arc<Flag>,
-    waker: Waker,
+/// The wakers of `N` branches of one task; see the module doc.
+pub(crate) struct OwnWakers<const N: usize> {
+    shared: Arc<Shared>,
+    wakers: [Waker; N],
 }
 
-impl OwnWaker {
-    /// A branch whose first poll polls its future (which registers it).
+impl<const N: usize> OwnWakers<N> {
+    /// Branches whose first poll polls their future (which registers it).
     pub(crate) fn new() -> Self {
-        let flag = Arc::new(Flag {
-            woken: AtomicBool::new(true),
+        const { assert!(N <= 32) };
+        let shared = Arc::new(Shared {
+            woken: AtomicU32::new(u32::MAX),
             task: AtomicWaker::new(),
         });
-        Self {
-            waker: Waker::from(Arc::clone(&flag)),
-            flag,
-        }
+        let wakers = std::array::from_fn(|i| {
+            Waker::from(Arc::new(BranchWaker {
+                shared: Arc::clone(&shared),
+                bit: 1 << i,
+            }))
+        });
+        Self { shared, wakers }
     }
 
-    /// The next poll polls the future: call it after replacing the future, which must be polled
-    /// once to register.
-    pub(crate) fn arm(&self) {
-        self.flag.woken.store(true, Ordering::Release);
+    /// Registers the task to be woken by the branches' futures. Call it on every poll of the task
+    /// before polling any branch: a wake-up uses the registration up.
+    pub(crate) fn register(&self, cx: &Context<'_>) {
+        self.shared.task.register(cx.waker());
     }
 
-    /// Polls `fut` if it woke the task since its last poll (or after [`Self::arm`]).
-    pub(crate) fn poll<F: Future>(&self, cx: &mut Context<'_>, fut: Pin<&mut F>) -> Poll<F::Output> {
-        // Register first: a wake-up between the check and the poll below is then not lost.
-        self.flag.task.register(cx.waker());
-        if !self.flag.woken.swap(false, Ordering::AcqRel) {
+    /// The next poll of branch `i` polls its future: call it after replacing the future, which
+    /// must be polled once to register.
+    pub(crate) fn arm(&self, i: usize) {
+        self.shared.woken.fetch_or(1 << i, Ordering::Release);
+    }
+
+    /// Polls `fut`, branch `i`'s future, if it woke the task since its last poll (or after
+    /// [`Self::arm`]).
+    pub(crate) fn poll<F: Future>(
+        &self,
+        i: usize,
+        fut: Pin<&mut F>,
+    ) -> Poll<F::Output> {
+        let bit = 1 << i;
+        if self.shared.woken.load(Ordering::Acquire) & bit == 0 {
             return Poll::Pending;
         }
-        fut.poll(&mut Context::from_waker(&self.waker))
+        self.shared.woken.fetch_and(!bit, Ordering::AcqRel);
+        fut.poll(&mut Context::from_waker(&self.wakers[i]))
     }
 }
 
@@ -77,62 +100,56 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn polls_its_future_only_after_the_future_woke_it() {
-        let notify = Notify::new();
-        let notified = notify.notified();
-        tokio::pin!(notified);
-        let branch = OwnWaker::new();
-        let mut polls = 0;
-        let mut poll = |cx: &mut Context<'_>| {
-            polls += 1;
-            branch.poll(cx, notified.as_mut())
-        };
-        let first = poll_fn(|cx| Poll::Ready(poll(cx))).await;
-        assert!(first.is_pending(), "the first poll registers the future");
-        let second = poll_fn(|cx| Poll::Ready(poll(cx))).await;
-        assert!(second.is_pending());
-        notify.notify_waiters();
-        tokio::time::timeout(Duration::from_secs(5), poll_fn(&mut poll))
-            .await
-            .expect("the wake-up reaches the task and the future is polled");
-        assert_eq!(polls, 3);
+    /// Polls branch `i` once, registering the task first, as the stream's loop does.
+    fn turn<const N: usize, F: Future>(
+        b: &OwnWakers<N>,
+        i: usize,
+        fut: Pin<&mut F>,
+    ) -> impl Future<Output = Poll<F::Output>> {
+        let mut fut = Some(fut);
+        poll_fn(move |cx| {
+            b.register(cx);
+            Poll::Ready(b.poll(i, fut.take().expect("polled once").as_mut()))
+        })
     }
 
     #[tokio::test]
-    async fn a_wake_up_before_the_next_poll_is_kept() {
+    async fn polls_a_future_only_after_it_woke_the_task() {
         let notify = Arc::new(Notify::new());
-        let notified = notify.notified();
-        tokio::pin!(notified);
-        let branch = OwnWaker::new();
-        assert!(poll_fn(|cx| Poll::Ready(branch.poll(cx, notified.as_mut())))
-            .await
-            .is_pending());
+        let (a, b) = (notify.notified(), notify.notified());
+        tokio::pin!(a, b);
+        let branches = OwnWakers::<2>::new();
+        assert!(turn(&branches, 0, a.as_mut()).await.is_pending(), "registers");
+        assert!(turn(&branches, 1, b.as_mut()).await.is_pending(), "registers");
+        assert!(turn(&branches, 0, a.as_mut()).await.is_pending());
         let n = Arc::clone(&notify);
         tokio::spawn(async move { n.notify_waiters() });
-        tokio::time::timeout(
-            Duration::from_secs(5),
-            poll_fn(|cx| branch.poll(cx, notified.as_mut())),
-        )
-        .await
-        .expect("woken from another task");
+        let woken = poll_fn(|cx| {
+            branches.register(cx);
+            match (branches.poll(0, a.as_mut()), branches.poll(1, b.as_mut())) {
+                (Poll::Ready(()), Poll::Ready(())) => Poll::Ready(()),
+                _ => Poll::Pending,
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(5), woken)
+            .await
+            .expect("both wake-ups reach the task and both futures are polled");
     }
 
     #[tokio::test]
     async fn an_armed_branch_polls_its_new_future() {
-        let branch = OwnWaker::new();
+        let branches = OwnWakers::<1>::new();
         let mut pending = std::future::pending::<u8>();
-        assert!(poll_fn(|cx| Poll::Ready(branch.poll(cx, Pin::new(&mut pending))))
-            .await
-            .is_pending());
+        assert!(turn(&branches, 0, Pin::new(&mut pending)).await.is_pending());
         let mut ready = std::future::ready(7);
         assert!(
-            poll_fn(|cx| Poll::Ready(branch.poll(cx, Pin::new(&mut ready))))
-                .await
-                .is_pending(),
+            turn(&branches, 0, Pin::new(&mut ready)).await.is_pending(),
             "not woken, not polled"
         );
-        branch.arm();
-        assert_eq!(poll_fn(|cx| branch.poll(cx, Pin::new(&mut ready))).await, 7);
+        branches.arm(0);
+        assert_eq!(
+            turn(&branches, 0, Pin::new(&mut ready)).await,
+            Poll::Ready(7)
+        );
     }
 }

@@ -21,6 +21,7 @@
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
+use std::task::Poll;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,7 @@ use super::empty_answers::{EMPTY_VERSION, EmptyAnswers};
 use super::metrics;
 use super::names::SharedNames;
 use super::node::NodeInfo;
-use super::own_waker::OwnWaker;
+use super::own_waker::OwnWakers;
 use super::request::{
     Auth, FromFrame, Kind, Requests, UnknownTypes, authorize, check_same_node, client_fault,
     first_node, peer_text, request_type,
@@ -304,8 +305,10 @@ impl<P: Protocol> Stream<P> {
         tokio::pin!(changed);
         // And these three are polled only when they woke the task (`own_waker.rs`): polling each on
         // every turn took their locks on every request and push.
-        let (drain_waker, changed_waker, forced_waker) =
-            (OwnWaker::new(), OwnWaker::new(), OwnWaker::new());
+        const DRAINED: usize = 0;
+        const CHANGED: usize = 1;
+        const FORCED: usize = 2;
+        let branches = OwnWakers::<3>::new();
         loop {
             let want = self.has_work(latest_seq);
             let deadline = self.gate.deadline();
@@ -318,7 +321,11 @@ impl<P: Protocol> Stream<P> {
             };
             tokio::select! {
                 biased;
-                () = poll_fn(|cx| drain_waker.poll(cx, drained.as_mut())) => {
+                () = poll_fn(|cx| {
+                    branches.register(cx);
+                    Poll::Pending
+                }) => {}
+                () = poll_fn(|_| branches.poll(DRAINED, drained.as_mut())) => {
                     return Some(Status::unavailable("server is shutting down"));
                 }
                 msg = requests.message() => match msg {
@@ -333,12 +340,12 @@ impl<P: Protocol> Stream<P> {
                         return None;
                     }
                 }
-                (seq, snapshots) = poll_fn(|cx| changed_waker.poll(cx, changed.as_mut())) => {
+                (seq, snapshots) = poll_fn(|_| branches.poll(CHANGED, changed.as_mut())) => {
                     match seq {
                         Some(seq) => {
                             latest_seq = seq;
                             changed.set(next_snapshot(snapshots));
-                            changed_waker.arm();
+                            branches.arm(CHANGED);
                             // Push now if the body has room, not on another turn of the loop: that
                             // turn polled every arm again (the client's requests first, under h2's
                             // connection lock) for each push of each stream.
@@ -352,9 +359,9 @@ impl<P: Protocol> Stream<P> {
                         None => return Some(Status::unavailable("server is shutting down")),
                     }
                 }
-                () = poll_fn(|cx| forced_waker.poll(cx, forced.as_mut())) => {
+                () = poll_fn(|_| branches.poll(FORCED, forced.as_mut())) => {
                     forced.set(force_push.notified());
-                    forced_waker.arm();
+                    branches.arm(FORCED);
                     self.proto.force_all();
                 }
                 () = gate_expiry => self.expire_gate(),
