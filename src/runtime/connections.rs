@@ -182,8 +182,7 @@ async fn serve_connection<IO>(
         req.extensions_mut().insert(info.clone());
         req.map(tonic::body::Body::new)
     });
-    let mut conn =
-        pin!(builder.serve_connection(
+    let mut conn = pin!(builder.serve_connection(
         TokioIo::new(Coalesced::new(io)),
         TowerToHyperService::new(service),
     ));

@@ -166,7 +166,10 @@ impl Protocol for Delta {
         _full_sets: &FullSetCache,
         diffs: &DiffCache,
     ) -> Option<DeltaBuilt> {
-        let built = self.types.get_mut(ty)?.build(snap, view, hold_removals, diffs);
+        let built = self
+            .types
+            .get_mut(ty)?
+            .build(snap, view, hold_removals, diffs);
         if ty == ResourceType::Route
             && view.vhds()
             && let Some(routes) = &built

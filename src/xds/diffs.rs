@@ -107,7 +107,11 @@ mod tests {
             ..Default::default()
         };
         Entry {
-            resource: Arc::new(EncodedResource::encode(ResourceType::Cluster, name, &cluster)),
+            resource: Arc::new(EncodedResource::encode(
+                ResourceType::Cluster,
+                name,
+                &cluster,
+            )),
             changed_seq: 0,
         }
     }
@@ -121,7 +125,10 @@ mod tests {
     }
 
     fn names(changes: &[Change]) -> Vec<(&str, bool)> {
-        changes.iter().map(|c| (&*c.name, c.now.is_some())).collect()
+        changes
+            .iter()
+            .map(|c| (&*c.name, c.now.is_some()))
+            .collect()
     }
 
     #[test]

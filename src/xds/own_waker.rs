@@ -77,11 +77,7 @@ impl<const N: usize> OwnWakers<N> {
 
     /// Polls `fut`, branch `i`'s future, if it woke the task since its last poll (or after
     /// [`Self::arm`]).
-    pub(crate) fn poll<F: Future>(
-        &self,
-        i: usize,
-        fut: Pin<&mut F>,
-    ) -> Poll<F::Output> {
+    pub(crate) fn poll<F: Future>(&self, i: usize, fut: Pin<&mut F>) -> Poll<F::Output> {
         let bit = 1 << i;
         if self.shared.woken.load(Ordering::Acquire) & bit == 0 {
             return Poll::Pending;
@@ -119,8 +115,14 @@ mod tests {
         let (a, b) = (notify.notified(), notify.notified());
         tokio::pin!(a, b);
         let branches = OwnWakers::<2>::new();
-        assert!(turn(&branches, 0, a.as_mut()).await.is_pending(), "registers");
-        assert!(turn(&branches, 1, b.as_mut()).await.is_pending(), "registers");
+        assert!(
+            turn(&branches, 0, a.as_mut()).await.is_pending(),
+            "registers"
+        );
+        assert!(
+            turn(&branches, 1, b.as_mut()).await.is_pending(),
+            "registers"
+        );
         assert!(turn(&branches, 0, a.as_mut()).await.is_pending());
         let n = Arc::clone(&notify);
         tokio::spawn(async move { n.notify_waiters() });
@@ -140,7 +142,11 @@ mod tests {
     async fn an_armed_branch_polls_its_new_future() {
         let branches = OwnWakers::<1>::new();
         let mut pending = std::future::pending::<u8>();
-        assert!(turn(&branches, 0, Pin::new(&mut pending)).await.is_pending());
+        assert!(
+            turn(&branches, 0, Pin::new(&mut pending))
+                .await
+                .is_pending()
+        );
         let mut ready = std::future::ready(7);
         assert!(
             turn(&branches, 0, Pin::new(&mut ready)).await.is_pending(),

@@ -21,8 +21,8 @@
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
-use std::task::Poll;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;

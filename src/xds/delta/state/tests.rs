@@ -367,7 +367,9 @@ fn deferred_removals_follow_when_released() {
     request(&mut st, "", &[], &[]);
     respond(&mut st, &s1, "n1");
     let s2 = next(&mut b, &[("c", "1")], &["b"]);
-    let built = st.build(&s2, View::Envoy, true, &DiffCache::default()).expect("c is new");
+    let built = st
+        .build(&s2, View::Envoy, true, &DiffCache::default())
+        .expect("c is new");
     assert_eq!(built.removed, Vec::<Arc<str>>::new());
     st.sent(Sent::spelled("n2", built.version), built.restore);
     assert!(!st.has_work(s2.seq));
@@ -416,14 +418,19 @@ fn one_change_on_a_large_mesh_sends_one_resource() {
     let mut snap = next(&mut b, &refs, &[]);
     let mut st = cds();
     request(&mut st, "", &[], &[]);
-    let first = st.build(&snap, View::Envoy, false, &DiffCache::default()).expect("full response");
+    let first = st
+        .build(&snap, View::Envoy, false, &DiffCache::default())
+        .expect("full response");
     st.sent(Sent::spelled("n0", first.version), first.restore);
     for i in 0..200 {
         let name = &many[(i * 97) % many.len()].0;
         snap = next(&mut b, &[(name, &format!("v{i}"))], &[]);
-        let built = st.build(&snap, View::Envoy, false, &DiffCache::default()).expect("one change");
+        let built = st
+            .build(&snap, View::Envoy, false, &DiffCache::default())
+            .expect("one change");
         assert_eq!(built.resources.len(), 1);
-        st.sent(Sent::spelled(&format!("n{}", i + 1), built.version),
+        st.sent(
+            Sent::spelled(&format!("n{}", i + 1), built.version),
             built.restore,
         );
     }
@@ -440,7 +447,9 @@ fn recalled_reconnect_answer_keeps_its_removals() {
         initial_versions: Some(&held),
         ..Default::default()
     });
-    let built = st.build(&s1, View::Envoy, false, &DiffCache::default()).expect("first response");
+    let built = st
+        .build(&s1, View::Envoy, false, &DiffCache::default())
+        .expect("first response");
     st.sent(Sent::spelled("n1", built.version), built.restore);
     st.recalled();
     assert_eq!(
@@ -479,7 +488,9 @@ fn a_response_with_the_whole_map_is_marked_shareable_and_names_share_the_snapsho
     // One of two changed: not the whole map.
     request(&mut eds_like, "n1", &[], &[]);
     let s2 = next(&mut b, &[("a", "2")], &[]);
-    let built = eds_like.build(&s2, View::Envoy, false, &DiffCache::default()).expect("the change");
+    let built = eds_like
+        .build(&s2, View::Envoy, false, &DiffCache::default())
+        .expect("the change");
     assert_eq!(built.resources.len(), 1);
     assert!(built.whole_set.is_none());
 }

@@ -41,7 +41,10 @@ fn names(v: &[&str]) -> Vec<String> {
 
 fn send(st: &mut SotwState, s: &Snapshot, cache: &FullSetCache, nonce: &str) -> Option<SotwBuilt> {
     let built = st.build(s, View::Envoy, None, cache)?;
-    st.sent(Sent::spelled(nonce, built.version), Arc::clone(&built.names));
+    st.sent(
+        Sent::spelled(nonce, built.version),
+        Arc::clone(&built.names),
+    );
     Some(built)
 }
 
