@@ -15,9 +15,10 @@
 //! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
 //! never queued behind pushes, SOTW-36); room in the body's one-response slot when something is
 //! owed; snapshot wake-ups (which push at once when the body has room); admin push requests; the
-//! end of the warming gate's wait. Responses are built only when the body has room, from the
-//! newest snapshot (latest wins, TRANS-1). No lock is held across an await and nothing
-//! shared is locked while a response is handed over.
+//! end of the warming gate's wait. The drain signal, the snapshot watch and admin push requests
+//! are polled only after they woke the task (`own_waker.rs`). Responses are built only when the
+//! body has room, from the newest snapshot (latest wins, TRANS-1). No lock is held across an await
+//! and nothing shared is locked while a response is handed over.
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
