@@ -4,11 +4,11 @@
 //! h2 writes every DATA frame over 256 bytes as a write of its own and flushes after it, and the
 //! connection task runs as soon as a stream has queued a frame (it is woken straight after that
 //! stream's task). An endpoint change pushed to 5,000 streams on 50 connections was 5,000 `writev`
-//! calls, one per response. Here a small write is copied into a buffer, and the first flush after
-//! it is put off once: the task wakes itself and yields, so the other streams of the connection
-//! that the same push woke queue their frames first, and the flush after that writes them all. A
-//! write that would not fit sends the buffer first; a large write (a storm's full configuration)
-//! goes straight through after it. What is buffered is bounded by [`CAPACITY`], and the buffer is
+//! calls, one per response. Here a small write is copied into a buffer, and a flush is put off
+//! while more keeps arriving (at most [`MAX_DEFERRALS`] times in a row): the task wakes itself and
+//! yields, so the other streams of the connection that the same push woke queue their frames
+//! first, and a flush that finds nothing new writes them all. A write that would not fit sends the
+//! buffer first; a large write (a storm's full configuration) goes straight through after it. What is buffered is bounded by [`CAPACITY`], and the buffer is
 //! freed whenever it has been written out.
 
 use std::io::{self, IoSlice};
