@@ -153,8 +153,10 @@ impl Protocol for Delta {
         self.types.get(ty).is_some_and(|s| s.has_work(latest_seq))
     }
 
-    fn would_send(&self, ty: ResourceType, snap: &Snapshot, view: View) -> bool {
-        self.types.get(ty).is_some_and(|s| s.would_send(snap, view))
+    fn would_send(&self, ty: ResourceType, snap: &Snapshot, view: View, diffs: &DiffCache) -> bool {
+        self.types
+            .get(ty)
+            .is_some_and(|s| s.would_send(snap, view, diffs))
     }
 
     fn build(

@@ -131,7 +131,13 @@ impl Protocol for Sotw {
         self.types.get(ty).is_some_and(|s| s.has_work(latest_seq))
     }
 
-    fn would_send(&self, ty: ResourceType, snap: &Snapshot, _view: View) -> bool {
+    fn would_send(
+        &self,
+        ty: ResourceType,
+        snap: &Snapshot,
+        _view: View,
+        _diffs: &DiffCache,
+    ) -> bool {
         self.types.get(ty).is_some_and(|s| s.would_send(snap))
     }
 

@@ -17,8 +17,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use imbl::ordmap::DiffItem;
-
 use super::super::connections::TypeStatus;
 use super::super::diffs::DiffCache;
 use super::super::per_type::TypeState;
@@ -244,8 +242,9 @@ impl DeltaState {
 
     /// Whether a response built from `snap` would carry something for this client: something owed,
     /// or a change to a covered name since the map the last response came from. Costs the size of
-    /// the change (the maps share structure), not of the mesh.
-    pub(crate) fn would_send(&self, snap: &Snapshot, view: View) -> bool {
+    /// the change (the maps share structure), not of the mesh, worked out once for all streams
+    /// (`diffs.rs`).
+    pub(crate) fn would_send(&self, snap: &Snapshot, view: View, diffs: &DiffCache) -> bool {
         if !self.subscribed() {
             return false;
         }
@@ -260,11 +259,10 @@ impl DeltaState {
         };
         let res = snap.resources_for(self.ty, view);
         !held.entries.ptr_eq(&res.entries)
-            && held.entries.diff(&res.entries).any(|item| match item {
-                DiffItem::Add(name, _)
-                | DiffItem::Update { new: (name, _), .. }
-                | DiffItem::Remove(name, _) => self.sub.covers(name),
-            })
+            && diffs
+                .between(held, &res)
+                .iter()
+                .any(|c| self.sub.covers(&c.name))
     }
 
     /// Owes `names` again if they are subscribed (admin push, CDS warming).
