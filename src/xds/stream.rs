@@ -117,7 +117,7 @@ pub(crate) trait Protocol: Default {
     /// Whether a response of `ty` may be owed, given the newest snapshot `latest_seq`.
     fn has_work(&self, ty: ResourceType, latest_seq: u64) -> bool;
     /// Whether a response of `ty` built from `snap` would carry something (costs the change).
-    fn would_send(&self, ty: ResourceType, snap: &Snapshot, view: View) -> bool;
+    fn would_send(&self, ty: ResourceType, snap: &Snapshot, view: View, diffs: &DiffCache) -> bool;
     /// Builds the next response of `ty` from `snap`, consuming what was owed; `None` when there is
     /// nothing to send. `hold_removals` (CDS over ADS only): removed clusters must not go away in
     /// this response (make-before-break, SOTW-31); the protocol releases them in
@@ -218,8 +218,7 @@ pub(crate) async fn run<P: Protocol>(
     let registration = params.connections.register(&node, params.peer, delta);
     let conn = Arc::clone(registration.id());
     let force_push = registration.force_push();
-    // A token of its own: every stream polling the server-wide token would take its one lock.
-    let drain = params.drain.child_token();
+    let drain = params.drain.clone();
     let node_id = Arc::clone(&node.id);
     let peer = peer_text(params.peer);
     tracing::info!(%conn, node = %node_id, %peer, delta, "xDS stream connected");
@@ -481,7 +480,7 @@ impl<P: Protocol> Stream<P> {
                         ResourceType::VirtualHost,
                     ]
                     .iter()
-                    .any(|t| self.proto.would_send(*t, &snap, view));
+                    .any(|t| self.proto.would_send(*t, &snap, view, &self.params.diffs));
                 let started = Instant::now();
                 let (full_sets, diffs) = (&self.params.full_sets, &self.params.diffs);
                 let Some(mut built) =
