@@ -75,8 +75,8 @@ pub struct Running {
 
 impl Running {
     /// Shuts down gracefully (TRANS-8), in order: `/ready` turns 503; after `drain_delay`, new
-    /// streams are refused with `UNAVAILABLE` and live ones end with `UNAVAILABLE` once their
-    /// staged response is out; the servers stop accepting and send GOAWAY; connections get
+    /// streams are refused with `UNAVAILABLE` and live ones end with `UNAVAILABLE` once the
+    /// response under way is out; the servers stop accepting and send GOAWAY; connections get
     /// `grace_period` to close, then are dropped. Only then do registries, aggregate and builder
     /// stop, so nothing is published, and so nothing partial or empty pushed, while streams live.
     pub async fn stop(mut self) {

@@ -10,18 +10,18 @@
 //! - sends each response as a small per-stream header plus shared pre-encoded resource bytes, with
 //!   raw tower services instead of tonic's generated server (no per-stream encode buffer,
 //!   `docs/floor.md`);
-//! - runs one task per stream, the single writer, which builds a response only when the client
-//!   has room for it, from the newest snapshot (a slow client skips snapshots, never delays others);
+//! - runs one task per stream for its requests; the stream's response body, the single writer,
+//!   builds a response only when h2 asks it for one (the client has room), from the newest
+//!   snapshot (a slow client skips snapshots, never delays others);
 //! - keeps a [`Connections`] registry for debug views (sync status as istiod computes it) and
 //!   records istiod's metric families (see `metrics.rs` in this module).
 //!
 //! Per stream the server keeps (besides HTTP/2 and tonic's own few KB): the node (id, cluster,
 //! bounded metadata shared with the registry entry), and per type a ~300-byte state — the
 //! subscription (a persistent set of shared names), the last sent nonce/version/time, the acked
-//! nonce/version, the last NACK text (at most 4 KiB), and names still owed — plus a one-response
-//! hand-off slot to the body. It never keeps a copy of what it sent: responses are built from the
-//! newest snapshot when the client has room, and a stuck client pins at most the responses already
-//! handed to h2/hyper and one staged. ADS streams also hold the snapshot their last CDS response
+//! nonce/version, the last NACK text (at most 4 KiB), and names still owed. It never keeps a copy
+//! of what it sent: responses are built from the newest snapshot when the client has room, and a
+//! stuck client pins at most the responses already handed to h2/hyper. ADS streams also hold the snapshot their last CDS response
 //! came from (shared structure) for make-before-break removals (SOTW-31), and the names of clusters
 //! CDS added whose EDS has not gone out yet (listeners and routes wait for it, bounded by
 //! [`XdsOptions::eds_warm_wait`]; `warming.rs`).

@@ -1,18 +1,20 @@
-//! The response body of one stream: a one-response hand-off slot between the stream task and h2.
+//! The response body of one stream: it pulls each response from the stream's push side when h2
+//! can take one.
 //!
-//! The stream task is the only writer (TRANS-15). It builds a response only when the slot is empty
-//! (the body has taken the previous one), from the newest snapshot at that moment, so a slow client
-//! skips intermediate snapshots (TRANS-1). For a client that stopped reading, the server holds at
-//! most: the response in h2's send buffer, the next one hyper has already pulled from the body
-//! (hyper 1.12 polls one frame ahead of flow control), and one staged in the slot. A response is a
-//! few shared [`Bytes`] chunks: a small per-stream header, then the shared resource bytes (one
-//! chunk for a wildcard full set, see `cache.rs`). Nothing is copied per stream but a response
-//! under 16 KiB, which is one chunk (`response.rs`).
+//! hyper polls a body only when the stream has flow-control credit, so a response is built then,
+//! from the newest snapshot at that moment: a slow client skips intermediate snapshots (TRANS-1),
+//! and for a client that stopped reading the server holds at most the response in h2's send buffer
+//! and the one hyper pulled to fill the credit left. A response is a few shared [`Bytes`] chunks:
+//! a small per-stream header, then the shared resource bytes (one chunk for a wildcard full set,
+//! see `cache.rs`). Nothing is copied per stream but a response under 16 KiB, which is one chunk
+//! (`response.rs`).
 //!
-//! A staged response that the body has not started yet can be recalled, so a response for a type
-//! the client has since unsubscribed is never delivered (SOTW-35). When the body is dropped (client
-//! gone, connection reset) the stream task is aborted with it, and its guard frees its state
-//! (TRANS-3).
+//! Pulling, rather than a stream task handing responses over, spares every push a task of its own:
+//! a snapshot change wakes the body, which builds its response and gives it to h2 in the same
+//! poll. A response is built only when the body is polled for it, after every request the stream
+//! task applied before, so nothing goes out for a type or a name the client has just dropped
+//! (INV-5, SOTW-35). When the body is dropped (client gone, connection reset) the stream task is
+//! aborted with it, and its guard frees its state (TRANS-3).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -25,24 +27,27 @@ use http_body::Frame;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::envoy::ResourceType;
-
 /// One framed `DiscoveryResponse`, ready to go on the wire.
 #[derive(Debug)]
 pub(crate) struct Framed {
-    /// Its type, so a staged response can be recalled by type; `None` for an empty answer to a
-    /// collection tributary does not serve (never recalled).
-    pub ty: Option<ResourceType>,
     /// The gRPC prefix + per-stream fields, then the shared resource entries.
     pub chunks: Vec<Bytes>,
-    /// SotW EDS/RDS: the names carried, so a recalled response can be owed again (shared with the
-    /// stream's record of the response, not a copy). Dropped as soon as the body takes the response.
-    pub names: Arc<[Arc<str>]>,
 }
 
+/// Where the body pulls responses from: the stream's push side, shared with its task.
+pub(crate) trait Source: Send {
+    /// The next response owed, if one is; otherwise registers `cx` to be woken when one may be.
+    /// An error ends the stream with that status.
+    fn poll_response(&mut self, cx: &mut Context<'_>) -> Poll<Result<Framed, tonic::Status>>;
+}
+
+/// A stream's push side, locked by its task (requests) and by its body (responses).
+pub(crate) type SharedSource = Arc<parking_lot::Mutex<dyn Source>>;
+
 #[derive(Default)]
-struct SlotState {
-    staged: Option<Framed>,
+struct BodyState {
+    /// Set once the stream's first request was applied; the body takes it on its next poll.
+    source: Option<SharedSource>,
     end: Option<tonic::Status>,
     body_waker: Option<Waker>,
     body_gone: bool,
@@ -51,60 +56,39 @@ struct SlotState {
 #[derive(Default)]
 struct Shared {
     /// Locked only for a few instructions, never across an await.
-    state: Mutex<SlotState>,
-    /// Wakes the writer when the slot empties or the body goes away.
-    room: Notify,
+    state: Mutex<BodyState>,
+    /// Wakes the stream task when the body goes away.
+    gone: Notify,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, SlotState> {
+    fn lock(&self) -> MutexGuard<'_, BodyState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Changes the state with `f`, then wakes the body.
+    fn update(&self, f: impl FnOnce(&mut BodyState)) {
+        let waker = {
+            let mut s = self.lock();
+            f(&mut s);
+            s.body_waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
     }
 }
 
-/// The body went away; the stream must end.
-#[derive(Debug, thiserror::Error)]
-#[error("the client went away")]
-pub(crate) struct BodyGone;
-
-/// The stream task's end of the slot.
-pub(crate) struct SlotWriter {
+/// The stream task's end of the body.
+pub(crate) struct BodyWriter {
     shared: Arc<Shared>,
 }
 
-impl SlotWriter {
-    /// Waits until a response can be staged. Cancel-safe.
-    pub(crate) async fn room(&self) -> Result<(), BodyGone> {
-        // Usually there is room: answer without joining the waiters (a lock to join and another
-        // to leave, on every push of every stream).
-        if let Some(room) = self.has_room() {
-            return room;
-        }
-        loop {
-            let notified = self.shared.room.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if let Some(room) = self.has_room() {
-                return room;
-            }
-            notified.await;
-        }
-    }
-
-    /// `Some` when [`Self::room`] can answer now.
-    pub(crate) fn has_room(&self) -> Option<Result<(), BodyGone>> {
-        let s = self.shared.lock();
-        if s.body_gone {
-            Some(Err(BodyGone))
-        } else {
-            s.staged.is_none().then_some(Ok(()))
-        }
-    }
-
+impl BodyWriter {
     /// Resolves when the body is dropped. Cancel-safe.
     pub(crate) async fn gone(&self) {
         loop {
-            let notified = self.shared.room.notified();
+            let notified = self.shared.gone.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if self.shared.lock().body_gone {
@@ -114,61 +98,29 @@ impl SlotWriter {
         }
     }
 
-    /// Hands `response` to the body. Call only after [`Self::room`]; returns it back if the body is
-    /// gone or (a bug) the slot is full.
-    pub(crate) fn stage(&self, response: Framed) -> Result<(), Framed> {
-        let waker = {
-            let mut s = self.shared.lock();
-            if s.body_gone || s.staged.is_some() {
-                return Err(response);
+    /// Lets the body pull responses from `source`.
+    pub(crate) fn attach(&self, source: SharedSource) {
+        self.shared.update(|s| {
+            if !s.body_gone {
+                s.source = Some(source);
             }
-            s.staged = Some(response);
-            s.body_waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-        Ok(())
+        });
     }
 
-    /// Takes back a staged response of type `ty` the body has not started.
-    pub(crate) fn recall(&self, ty: ResourceType) -> Option<Framed> {
-        let mut s = self.shared.lock();
-        if s.staged.as_ref().is_some_and(|f| f.ty == Some(ty)) {
-            let framed = s.staged.take();
-            drop(s);
-            self.shared.room.notify_waiters();
-            return framed;
-        }
-        None
-    }
-
-    /// Ends the stream with `status` once the staged response (if any) has gone out.
+    /// Ends the stream with `status` once the response under way (if any) has gone out.
     pub(crate) fn finish(&self, status: tonic::Status) {
-        let waker = {
-            let mut s = self.shared.lock();
-            s.end = Some(status);
-            s.body_waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
+        self.shared.update(|s| s.end = Some(status));
     }
 }
 
-impl Drop for SlotWriter {
-    /// A writer that goes away without [`SlotWriter::finish`] (it should not) still ends the body.
+impl Drop for BodyWriter {
+    /// A writer that goes away without [`BodyWriter::finish`] (it should not) still ends the body.
     fn drop(&mut self) {
-        let waker = {
-            let mut s = self.shared.lock();
+        self.shared.update(|s| {
             if s.end.is_none() && !s.body_gone {
                 s.end = Some(tonic::Status::unavailable("xds stream ended"));
             }
-            s.body_waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
+        });
     }
 }
 
@@ -184,20 +136,22 @@ impl Drop for OwnedTask {
 /// The `http_body::Body` of one xDS stream. Owns the stream task: dropping the body aborts it.
 pub(crate) struct ResponseBody {
     shared: Arc<Shared>,
+    source: Option<SharedSource>,
     current: VecDeque<Bytes>,
     task: Option<OwnedTask>,
     done: bool,
 }
 
-/// A connected slot: the writer for the stream task, and a body waiting for its task.
-pub(crate) fn slot() -> (SlotWriter, ResponseBody) {
+/// A connected pair: the writer for the stream task, and a body waiting for its task.
+pub(crate) fn pair() -> (BodyWriter, ResponseBody) {
     let shared = Arc::new(Shared::default());
     (
-        SlotWriter {
+        BodyWriter {
             shared: Arc::clone(&shared),
         },
         ResponseBody {
             shared,
+            source: None,
             current: VecDeque::new(),
             task: None,
             done: false,
@@ -209,6 +163,13 @@ impl ResponseBody {
     /// Ties the stream task's lifetime to this body.
     pub(crate) fn own_task(&mut self, task: JoinHandle<()>) {
         self.task = Some(OwnedTask(task));
+    }
+
+    /// Ends the body with `status`.
+    fn end(&mut self, status: &tonic::Status) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        self.done = true;
+        self.source = None;
+        Poll::Ready(Some(Ok(Frame::trailers(trailers(status)))))
     }
 }
 
@@ -235,26 +196,43 @@ impl http_body::Body for ResponseBody {
         if let Some(chunk) = this.current.pop_front() {
             return Poll::Ready(Some(Ok(Frame::data(chunk))));
         }
-        let mut s = this.shared.lock();
-        if let Some(framed) = s.staged.take() {
-            drop(s);
-            this.shared.room.notify_waiters();
-            this.current = framed.chunks.into(); // `names` dropped here
-            return match this.current.pop_front() {
-                Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
-                None => {
-                    cx.waker().wake_by_ref();
-                    Poll::Pending
+        {
+            // The waker is left before the source is asked, so a status or a source set after
+            // this look wakes the body.
+            let mut s = this.shared.lock();
+            if let Some(status) = s.end.take() {
+                drop(s);
+                return this.end(&status);
+            }
+            if this.source.is_none() {
+                this.source = s.source.take();
+            }
+            if !s
+                .body_waker
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                s.body_waker = Some(cx.waker().clone());
+            }
+        }
+        let Some(source) = &this.source else {
+            return Poll::Pending;
+        };
+        let polled = source.lock().poll_response(cx);
+        match polled {
+            Poll::Ready(Ok(framed)) => {
+                this.current = framed.chunks.into();
+                match this.current.pop_front() {
+                    Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+                    None => {
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
                 }
-            };
+            }
+            Poll::Ready(Err(status)) => this.end(&status),
+            Poll::Pending => Poll::Pending,
         }
-        if let Some(status) = s.end.take() {
-            drop(s);
-            this.done = true;
-            return Poll::Ready(Some(Ok(Frame::trailers(trailers(&status)))));
-        }
-        s.body_waker = Some(cx.waker().clone());
-        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
@@ -264,8 +242,14 @@ impl http_body::Body for ResponseBody {
 
 impl Drop for ResponseBody {
     fn drop(&mut self) {
-        self.shared.lock().body_gone = true;
-        self.shared.room.notify_waiters();
+        let source = {
+            let mut s = self.shared.lock();
+            s.body_gone = true;
+            s.source.take()
+        };
+        // Dropped outside the lock: the last handle to the stream frees its state.
+        drop(source);
+        self.shared.gone.notify_waiters();
         // `task` (if any) is aborted by its handle's own drop.
     }
 }

@@ -28,7 +28,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use tonic::Status;
 
-use super::body::{Framed, SlotWriter};
+use super::body::Framed;
 use super::cache::FullSetCache;
 use super::connections::TypeStatus;
 use super::diffs::DiffCache;
@@ -89,7 +89,6 @@ impl Protocol for Delta {
         req: &DeltaDiscoveryRequest,
         known: Option<&TypeResources>,
         shared: &SharedNames,
-        writer: &SlotWriter,
         conn: &str,
     ) -> Result<Kind, Status> {
         if !req.resource_locators_subscribe.is_empty()
@@ -98,14 +97,7 @@ impl Protocol for Delta {
             // DELTA-18: not implemented; say so and carry on with the names.
             tracing::info!(conn, r#type = %ty, "ignoring resource_locators (not supported)");
         }
-        let changes_subscription =
-            !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty();
         let state = self.types.entry(ty);
-        if changes_subscription && writer.recall(ty).is_some() {
-            // A response built for the old subscription has not started: rebuild it after this
-            // request, so nothing goes out for names the client just dropped (INV-5).
-            state.recalled();
-        }
         let before = state.sub().names.clone();
         let kind = state.on_request(&Request {
             nonce: &req.response_nonce,
@@ -130,16 +122,6 @@ impl Protocol for Delta {
             ));
         }
         Ok(kind)
-    }
-
-    fn subscribed(&self, ty: ResourceType) -> bool {
-        self.types.get(ty).is_some_and(DeltaState::subscribed)
-    }
-
-    fn recalled(&mut self, ty: ResourceType, _framed: Framed) {
-        if let Some(state) = self.types.get_mut(ty) {
-            state.recalled();
-        }
     }
 
     fn status(&self, ty: ResourceType) -> TypeStatus {
@@ -246,7 +228,7 @@ impl Protocol for Delta {
 
     fn sent(&mut self, ty: ResourceType, nonce: Arc<str>, version: Arc<str>, built: DeltaBuilt) {
         if let Some(state) = self.types.get_mut(ty) {
-            state.sent(Sent::now(nonce, built.version, version), built.restore);
+            state.sent(Sent::now(nonce, built.version, version));
         }
     }
 

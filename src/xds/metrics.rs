@@ -7,7 +7,7 @@
 //! | name | kind | labels | meaning |
 //! | --- | --- | --- | --- |
 //! | `pilot_xds` | gauge | — | connected xDS streams, SotW and delta |
-//! | `pilot_xds_pushes` | counter | `type` = `cds`… or `cds_senderr`… | responses handed to a stream |
+//! | `pilot_xds_pushes` | counter | `type` = `cds`… | responses handed to a stream |
 //! | `pilot_total_xds_rejects` | counter | `type` | NACKs received |
 //! | `pilot_xds_expired_nonce` | counter | `type` | requests ignored for a stale nonce |
 //! | `pilot_proxy_convergence_time` | histogram (s) | — | snapshot trigger → push handed over |
@@ -159,22 +159,6 @@ pub(crate) fn register_error_series() {
 /// A stream connected (`+1`) or went away (`-1`).
 pub(crate) fn connected(delta: f64) {
     metrics::gauge!("pilot_xds").increment(delta);
-}
-
-/// A response of `ty` could not be handed over because the stream went away.
-pub(crate) fn send_error(ty: ResourceType) {
-    let label = match ty {
-        ResourceType::Cluster => "cds_senderr",
-        ResourceType::Endpoint => "eds_senderr",
-        ResourceType::Listener => "lds_senderr",
-        ResourceType::Route => "rds_senderr",
-        ResourceType::VirtualHost => "vhds_senderr",
-        ResourceType::ServiceEntry => "serviceentry_senderr",
-        ResourceType::WorkloadEntry => "workloadentry_senderr",
-        ResourceType::DestinationRule => "destinationrule_senderr",
-        ResourceType::VirtualService => "virtualservice_senderr",
-    };
-    metrics::counter!("pilot_xds_pushes", "type" => label).increment(1);
 }
 
 /// The client NACKed a response of `ty`.

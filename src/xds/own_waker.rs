@@ -69,6 +69,11 @@ impl<const N: usize> OwnWakers<N> {
         self.shared.task.register(cx.waker());
     }
 
+    /// Wakes the task registered by [`Self::register`], for a reason of its caller's own.
+    pub(crate) fn wake(&self) {
+        self.shared.task.wake();
+    }
+
     /// The next poll of branch `i` polls its future: call it after replacing the future, which
     /// must be polled once to register.
     pub(crate) fn arm(&self, i: usize) {

@@ -42,10 +42,9 @@ pub(crate) fn frame(
     version: &str,
     nonce: &str,
     entries: Vec<Bytes>,
-    names: Arc<[Arc<str>]>,
 ) -> Result<(Framed, usize), TooLarge> {
     let fields = [(1, version), (4, type_url), (5, nonce)];
-    frame_fields(ty, &fields, entries, names)
+    frame_fields(ty, &fields, entries)
 }
 
 /// Frames a `DeltaDiscoveryResponse` of `ty`: `system_version_info` (1, debug only), `type_url`
@@ -62,7 +61,7 @@ pub(crate) fn frame_delta(
     let mut fields = Vec::with_capacity(3 + removed.len());
     fields.extend([(1, system_version), (4, type_url), (5, nonce)]);
     fields.extend(removed.iter().map(|n| (6, &**n)));
-    frame_fields(ty, &fields, entries, Arc::default())
+    frame_fields(ty, &fields, entries)
 }
 
 /// The gRPC prefix and the string `fields` in one per-stream header chunk, then `entries`.
@@ -70,7 +69,6 @@ fn frame_fields(
     ty: ResourceType,
     fields: &[(u32, &str)],
     entries: Vec<Bytes>,
-    names: Arc<[Arc<str>]>,
 ) -> Result<(Framed, usize), TooLarge> {
     let header_len: usize = fields.iter().map(|(_, v)| string_field_len(v)).sum();
     let len = header_len + entries.iter().map(Bytes::len).sum::<usize>();
@@ -94,20 +92,12 @@ fn frame_fields(
         chunks.extend(entries);
         chunks
     };
-    Ok((
-        Framed {
-            ty: Some(ty),
-            chunks,
-            names,
-        },
-        len,
-    ))
+    Ok((Framed { chunks }, len))
 }
 
 /// An empty response for a collection tributary does not serve (`crate::mcp::type_urls`):
 /// `version_info` (SotW) or `system_version_info` (delta), both field 1, then `type_url` and
 /// `nonce`; no resources. The same bytes are a valid `DiscoveryResponse` and `DeltaDiscoveryResponse`.
-/// Not tied to a served type, so never recalled.
 pub(crate) fn frame_empty(type_url: &str, version: &str, nonce: &str) -> Framed {
     let fields = [(1, version), (4, type_url), (5, nonce)];
     let header_len: usize = fields.iter().map(|(_, v)| string_field_len(v)).sum();
@@ -120,9 +110,7 @@ pub(crate) fn frame_empty(type_url: &str, version: &str, nonce: &str) -> Framed 
         put_string_field(&mut header, tag, value);
     }
     Framed {
-        ty: None,
         chunks: vec![header.freeze()],
-        names: Arc::default(),
     }
 }
 
@@ -157,7 +145,6 @@ mod tests {
             "v1",
             "n1",
             vec![r.sotw_entry().clone(), empty_cla("x").sotw_entry().clone()],
-            Arc::default(),
         )
         .unwrap();
         let mut all = BytesMut::new();
@@ -196,7 +183,6 @@ mod tests {
             "v1",
             "n1",
             entries,
-            Arc::default(),
         )
         .unwrap();
         assert!(len > ONE_CHUNK_MAX);

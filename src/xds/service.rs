@@ -18,7 +18,7 @@ use tonic::server::NamedService;
 use tonic::transport::server::TcpConnectInfo;
 use tracing::Instrument;
 
-use super::body::{self, ResponseBody, SlotWriter};
+use super::body::{self, BodyWriter, ResponseBody};
 use super::cache::FullSetCache;
 use super::connections::Connections;
 use super::delta::Delta;
@@ -85,7 +85,7 @@ impl Shared {
             mapping: self.identity,
             trust_domain: self.trust_domain.clone(),
         });
-        let (writer, mut body) = body::slot();
+        let (writer, mut body) = body::pair();
         let params = Params {
             store: self.store.clone(),
             connections: self.connections.clone(),
@@ -127,7 +127,7 @@ impl Shared {
 async fn stream_task<P: Protocol>(
     params: Params,
     requests: Requests<P::Request>,
-    writer: SlotWriter,
+    writer: BodyWriter,
     snapshots: watch::Receiver<u64>,
     prune: PruneOnDrop,
 ) {
@@ -248,10 +248,10 @@ mod tests {
     fn task_sizes<P: Protocol>() -> (usize, usize, usize) {
         let store = SnapshotStore::new();
         let limit = 1 << 20;
-        let (writer, _body) = body::slot();
+        let (writer, _body) = body::pair();
         let requests = Requests::<P::Request>::new(tonic::body::Body::empty(), limit);
         let run = stream::run::<P>(params(&store), requests, writer, store.subscribe());
-        let (writer, _body) = body::slot();
+        let (writer, _body) = body::pair();
         let requests = Requests::<P::Request>::new(tonic::body::Body::empty(), limit);
         let prune = PruneOnDrop(Arc::new(FullSetCache::default()));
         let task = stream_task::<P>(params(&store), requests, writer, store.subscribe(), prune);

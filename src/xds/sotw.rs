@@ -18,7 +18,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tonic::Status;
 
-use super::body::{Framed, SlotWriter};
+use super::body::Framed;
 use super::cache::FullSetCache;
 use super::connections::TypeStatus;
 use super::diffs::DiffCache;
@@ -81,18 +81,9 @@ impl Protocol for Sotw {
         req: &SotwRequest,
         known: Option<&TypeResources>,
         shared: &SharedNames,
-        writer: &SlotWriter,
         _conn: &str,
     ) -> Result<Kind, Status> {
         let state = self.types.entry(ty);
-        if state.acks_before_staged(&req.response_nonce)
-            && let Some(framed) = writer.recall(ty)
-        {
-            // The request is stale only because of a response still waiting in our slot: take that
-            // back (it is rebuilt after this request) so subscription changes are not lost (BUG-8)
-            // and nothing goes out for names or types the client just dropped (SOTW-35).
-            state.recalled(&framed.names);
-        }
         let before = state.sub().names.clone();
         let kind = state.on_request_known(
             &req.response_nonce,
@@ -108,16 +99,6 @@ impl Protocol for Sotw {
             shared.share(&mut state.sub_mut().names);
         }
         Ok(kind)
-    }
-
-    fn subscribed(&self, ty: ResourceType) -> bool {
-        self.types.get(ty).is_some_and(SotwState::subscribed)
-    }
-
-    fn recalled(&mut self, ty: ResourceType, framed: Framed) {
-        if let Some(state) = self.types.get_mut(ty) {
-            state.recalled(&framed.names);
-        }
     }
 
     fn status(&self, ty: ResourceType) -> TypeStatus {
@@ -170,14 +151,7 @@ impl Protocol for Sotw {
         _full_sets: &FullSetCache,
     ) -> Result<(Framed, usize), TooLarge> {
         let entries = std::mem::take(&mut built.entries);
-        response::frame(
-            ty,
-            type_url,
-            version,
-            nonce,
-            entries,
-            Arc::clone(&built.names),
-        )
+        response::frame(ty, type_url, version, nonce, entries)
     }
 
     fn change_driven(built: &SotwBuilt) -> bool {

@@ -1,37 +1,39 @@
-//! One xDS stream, SotW or delta: one task, the single writer (TRANS-15), generic over the
-//! protocol's hooks ([`Protocol`]).
+//! One xDS stream, SotW or delta, generic over the protocol's hooks ([`Protocol`]): a task that
+//! applies the client's requests, and the response body, which pulls each response when h2 can
+//! take it (`body.rs`) and so is the single writer (TRANS-15).
 //!
 //! [`Stream`] owns what both protocols share: the server's params, the node, the registration,
-//! nonces, the push cycle, convergence accounting, unknown types and the writer. It runs the
+//! nonces, the push cycle, convergence accounting and unknown types; the task and the body share
+//! it behind one lock, taken for one request or one response, never across an await. It runs the
 //! request skeleton (node, type and name checks from `request.rs`, then the protocol's `apply`, then
-//! NACK/stale accounting, recall and the debug registration) and the push cycle: one push walks
-//! CDS → EDS → LDS → RDS from a single pinned snapshot (SOTW-30), one response per room in the
-//! body's slot. Make-before-break lives here, once (SOTW-31): over ADS, when the same push also
-//! changes the client's listeners or routes, the CDS response holds back its cluster removals and
-//! the protocol releases them when the push completes; and after a CDS response that added EDS
-//! clusters, listeners and routes wait (the push stays on its snapshot) until an EDS response
-//! carried those clusters or the bounded wait ran out (`warming.rs`).
+//! NACK/stale accounting) and the push cycle: one push walks CDS → EDS → LDS → RDS from a single
+//! pinned snapshot (SOTW-30), one response each time the body asks. Make-before-break lives here,
+//! once (SOTW-31): over ADS, when the same push also changes the client's listeners or routes, the
+//! CDS response holds back its cluster removals and the protocol releases them when the push
+//! completes; and after a CDS response that added EDS clusters, listeners and routes wait (the push
+//! stays on its snapshot) until an EDS response carried those clusters or the bounded wait ran out
+//! (`warming.rs`).
 //!
 //! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
-//! never queued behind pushes, SOTW-36); room in the body's one-response slot when something is
-//! owed; snapshot wake-ups (which push at once when the body has room); admin push requests; the
-//! end of the warming gate's wait. The drain signal, the snapshot watch and admin push requests
-//! are polled only after they woke the task (`own_waker.rs`). Responses are built only when the
-//! body has room, from the newest snapshot (latest wins, TRANS-1). No lock is held across an await
-//! and nothing shared is locked while a response is handed over.
+//! never queued behind pushes, SOTW-36); admin push requests; the end of the warming gate's wait.
+//! After each it wakes the body if a response is owed. The body wakes on new snapshots itself. The
+//! drain signal, admin push requests and the snapshot watch are polled only after they woke their
+//! task (`own_waker.rs`). Responses are built only when h2 asks for one, from the newest snapshot
+//! (latest wins, TRANS-1), after every request applied before it (INV-5, SOTW-35).
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use tokio::sync::{Notify, watch};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, ReusableBoxFuture};
 use tonic::Status;
 
-use super::body::{BodyGone, Framed, SlotWriter};
+use super::body::{BodyWriter, Framed, SharedSource, Source};
 use super::cache::FullSetCache;
 use super::connections::{Connections, Registration, TypeStatus};
 use super::diffs::DiffCache;
@@ -72,7 +74,7 @@ pub(crate) struct Params {
 }
 
 /// One protocol's hooks: its per-type state and what its requests and responses look like.
-pub(crate) trait Protocol: Default {
+pub(crate) trait Protocol: Default + Send + 'static {
     /// The request message (`DiscoveryRequest` or `DeltaDiscoveryRequest`).
     type Request: FromFrame;
     /// A response's content, built from a snapshot, before framing.
@@ -95,22 +97,15 @@ pub(crate) trait Protocol: Default {
 
     /// Applies a request about `ty`; `known` is the newest snapshot's resources of the type (new
     /// subscriptions share their name `Arc`s), `shared` the server's shared name sets (a changed
-    /// subscription shares an equal set's nodes). May recall the staged response from `writer`
-    /// when the request makes it wrong. An error ends the stream.
-    #[allow(clippy::too_many_arguments)]
+    /// subscription shares an equal set's nodes). An error ends the stream.
     fn apply(
         &mut self,
         ty: ResourceType,
         req: &Self::Request,
         known: Option<&TypeResources>,
         shared: &SharedNames,
-        writer: &SlotWriter,
         conn: &str,
     ) -> Result<Kind, Status>;
-    /// Whether a response may be sent for `ty` (INV-5).
-    fn subscribed(&self, ty: ResourceType) -> bool;
-    /// The staged response `framed` of `ty` was taken back before the body started it.
-    fn recalled(&mut self, ty: ResourceType, framed: Framed);
     /// The debug view of `ty`.
     fn status(&self, ty: ResourceType) -> TypeStatus;
 
@@ -170,14 +165,19 @@ pub(crate) trait Protocol: Default {
     fn force_all(&mut self);
 }
 
-/// One stream of protocol `P`.
+/// One stream of protocol `P`: what its task (requests) and its body (responses) share.
 pub(crate) struct Stream<P: Protocol> {
     params: Params,
     node: NodeInfo,
     registration: Registration,
     nonce_prefix: String,
-    writer: SlotWriter,
     proto: P,
+    /// The newest snapshot's sequence number this stream has seen.
+    latest_seq: u64,
+    /// Resolves with the next snapshot; polled only when it woke the body.
+    changed: ReusableBoxFuture<'static, NextSnapshot>,
+    /// The body's waker, for the snapshot watch and for requests that make a response owed.
+    body: OwnWakers<1>,
     /// The snapshot the current push walks through (SOTW-31); `None` between pushes.
     cycle: Option<Arc<Snapshot>>,
     /// Trigger time of a snapshot whose push started but whose convergence is not recorded yet.
@@ -194,13 +194,19 @@ pub(crate) struct Stream<P: Protocol> {
     metrics: metrics::PushMetrics,
 }
 
+/// The body's one branch: the snapshot watch.
+const CHANGED: usize = 0;
+
+/// The next snapshot's sequence number (`None`: the store is gone), and the receiver back.
+type NextSnapshot = (Option<u64>, watch::Receiver<u64>);
+
 /// Runs one stream to its end: waits for the first request, checks its node, registers the
 /// connection and serves it. Aborted (and cleaned up by drop guards) if the body goes away.
 pub(crate) async fn run<P: Protocol>(
     params: Params,
     mut requests: Requests<P::Request>,
-    writer: SlotWriter,
-    snapshots: watch::Receiver<u64>,
+    writer: BodyWriter,
+    mut snapshots: watch::Receiver<u64>,
 ) {
     let first = match first_request(&params.drain, &mut requests, &writer).await {
         None => return,
@@ -222,13 +228,16 @@ pub(crate) async fn run<P: Protocol>(
     let node_id = Arc::clone(&node.id);
     let peer = peer_text(params.peer);
     tracing::info!(%conn, node = %node_id, %peer, delta, "xDS stream connected");
-    let mut stream = Stream {
+    let latest_seq = *snapshots.borrow_and_update();
+    let stream = Stream {
         params,
         node,
         nonce_prefix: format!("{:x}{}", registration.serial(), P::NONCE_MARK),
         registration,
-        writer,
         proto: P::default(),
+        latest_seq,
+        changed: ReusableBoxFuture::new(next_snapshot(snapshots)),
+        body: OwnWakers::new(),
         cycle: None,
         unconverged: None,
         nonces: 0,
@@ -238,13 +247,11 @@ pub(crate) async fn run<P: Protocol>(
         empty: EmptyAnswers::default(),
         metrics: metrics::PushMetrics::default(),
     };
-    let status = stream
-        .serve(first, requests, snapshots, drain, &force_push)
-        .await;
+    let status = serve(stream, first, requests, &writer, drain, &force_push).await;
     match status {
         Some(status) => {
             tracing::info!(%conn, node = %node_id, %peer, code = %status.code(), "xDS stream ended");
-            stream.writer.finish(status);
+            writer.finish(status);
         }
         None => tracing::info!(%conn, node = %node_id, %peer, "xDS stream closed by the client"),
     }
@@ -252,7 +259,7 @@ pub(crate) async fn run<P: Protocol>(
 
 /// Waits for the next snapshot; gives the receiver back with the newest snapshot's sequence number
 /// (`None`: the store is gone).
-async fn next_snapshot(mut snapshots: watch::Receiver<u64>) -> (Option<u64>, watch::Receiver<u64>) {
+async fn next_snapshot(mut snapshots: watch::Receiver<u64>) -> NextSnapshot {
     let seq = match snapshots.changed().await {
         Ok(()) => Some(*snapshots.borrow_and_update()),
         Err(_) => None,
@@ -264,7 +271,7 @@ async fn next_snapshot(mut snapshots: watch::Receiver<u64>) -> (Option<u64>, wat
 async fn first_request<R: FromFrame>(
     drain: &CancellationToken,
     requests: &mut Requests<R>,
-    writer: &SlotWriter,
+    writer: &BodyWriter,
 ) -> Option<Result<R, Status>> {
     tokio::select! {
         biased;
@@ -278,97 +285,103 @@ async fn first_request<R: FromFrame>(
     }
 }
 
-impl<P: Protocol> Stream<P> {
-    /// Serves until the stream ends; returns the status to end it with (`None`: the body is gone).
-    async fn serve(
-        &mut self,
-        first: P::Request,
-        mut requests: Requests<P::Request>,
-        mut snapshots: watch::Receiver<u64>,
-        drain: CancellationToken,
-        force_push: &Notify,
-    ) -> Option<Status> {
-        let mut latest_seq = *snapshots.borrow_and_update();
-        if let Err(status) = self.on_request(first) {
-            return Some(status);
-        }
-        // Made once and kept across wake-ups: each one registered anew per loop turn cost every
-        // stream two waiter-list updates (one on the server-wide drain token) per request and push.
-        // The body going away needs no arm: dropping the body aborts this task (`body.rs`).
-        let drained = drain.cancelled();
-        tokio::pin!(drained);
-        let forced = force_push.notified();
-        tokio::pin!(forced);
-        // So is the wait for a newer snapshot: made anew on each turn, it joined and left the store's
-        // waiter list (a lock shared by every stream) on every request and push.
-        let changed = next_snapshot(snapshots);
-        tokio::pin!(changed);
-        // And these three are polled only when they woke the task (`own_waker.rs`): polling each on
-        // every turn took their locks on every request and push.
-        const DRAINED: usize = 0;
-        const CHANGED: usize = 1;
-        const FORCED: usize = 2;
-        let branches = OwnWakers::<3>::new();
-        loop {
-            let want = self.has_work(latest_seq);
-            let deadline = self.gate.deadline();
-            // Built lazily: no timer is registered unless the gate holds.
-            let gate_expiry = async move {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                () = poll_fn(|cx| {
-                    branches.register(cx);
-                    Poll::Pending
-                }) => {}
-                () = poll_fn(|_| branches.poll(DRAINED, drained.as_mut())) => {
-                    return Some(Status::unavailable("server is shutting down"));
-                }
-                msg = requests.message() => match msg {
-                    Ok(Some(req)) => if let Err(status) = self.on_request(req) {
+/// The stream task: applies requests until the stream ends; returns the status to end it with
+/// (`None`: the client closed it). The body pulls the responses (`body.rs`); this task wakes it
+/// when a request, an admin push or the warming gate's end makes one owed.
+async fn serve<P: Protocol>(
+    mut stream: Stream<P>,
+    first: P::Request,
+    mut requests: Requests<P::Request>,
+    writer: &BodyWriter,
+    drain: CancellationToken,
+    force_push: &Notify,
+) -> Option<Status> {
+    if let Err(status) = stream.on_request(first) {
+        return Some(status);
+    }
+    let stream = Arc::new(parking_lot::Mutex::new(stream));
+    writer.attach(Arc::clone(&stream) as SharedSource);
+    // Made once and kept across wake-ups: each one registered anew per loop turn cost every
+    // stream two waiter-list updates (one on the server-wide drain token) per request.
+    // The body going away needs no arm: dropping the body aborts this task (`body.rs`).
+    let drained = drain.cancelled();
+    tokio::pin!(drained);
+    let forced = force_push.notified();
+    tokio::pin!(forced);
+    // And these two are polled only when they woke the task (`own_waker.rs`): polling each on
+    // every turn took their locks on every request.
+    const DRAINED: usize = 0;
+    const FORCED: usize = 1;
+    let branches = OwnWakers::<2>::new();
+    loop {
+        let deadline = stream.lock().gate.deadline();
+        // Built lazily: no timer is registered unless the gate holds.
+        let gate_expiry = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = poll_fn(|cx| {
+                branches.register(cx);
+                Poll::Pending
+            }) => {}
+            () = poll_fn(|_| branches.poll(DRAINED, drained.as_mut())) => {
+                return Some(Status::unavailable("server is shutting down"));
+            }
+            msg = requests.message() => match msg {
+                Ok(Some(req)) => {
+                    let mut stream = stream.lock();
+                    if let Err(status) = stream.on_request(req) {
                         return Some(status);
-                    },
-                    Ok(None) => return Some(Status::ok("")),
-                    Err(status) => return Some(client_fault(status)),
-                },
-                room = self.writer.room(), if want => {
-                    if room.is_err() || self.push_one(&mut latest_seq).is_err() {
-                        return None;
                     }
+                    stream.wake_body_if_owed();
                 }
-                (seq, snapshots) = poll_fn(|_| branches.poll(CHANGED, changed.as_mut())) => {
-                    match seq {
-                        Some(seq) => {
-                            latest_seq = seq;
-                            changed.set(next_snapshot(snapshots));
-                            branches.arm(CHANGED);
-                            // Push now if the body has room, not on another turn of the loop: that
-                            // turn polled every arm again (the client's requests first, under h2's
-                            // connection lock) for each push of each stream.
-                            if self.has_work(latest_seq)
-                                && self.writer.has_room().is_some_and(|room| room.is_ok())
-                                && self.push_one(&mut latest_seq).is_err()
-                            {
-                                return None;
-                            }
-                        }
-                        None => return Some(Status::unavailable("server is shutting down")),
-                    }
-                }
-                () = poll_fn(|_| branches.poll(FORCED, forced.as_mut())) => {
-                    forced.set(force_push.notified());
-                    branches.arm(FORCED);
-                    self.proto.force_all();
-                }
-                () = gate_expiry => self.expire_gate(),
+                Ok(None) => return Some(Status::ok("")),
+                Err(status) => return Some(client_fault(status)),
+            },
+            () = poll_fn(|_| branches.poll(FORCED, forced.as_mut())) => {
+                forced.set(force_push.notified());
+                branches.arm(FORCED);
+                let mut stream = stream.lock();
+                stream.proto.force_all();
+                stream.wake_body_if_owed();
+            }
+            () = gate_expiry => {
+                let mut stream = stream.lock();
+                stream.expire_gate();
+                stream.wake_body_if_owed();
             }
         }
     }
+}
 
+impl<P: Protocol> Source for Stream<P> {
+    fn poll_response(&mut self, cx: &mut Context<'_>) -> Poll<Result<Framed, Status>> {
+        self.body.register(cx);
+        // Polled until it waits again: a new wait registers on its first poll.
+        while let Poll::Ready((seq, snapshots)) =
+            self.body.poll(CHANGED, Pin::new(&mut self.changed))
+        {
+            let Some(seq) = seq else {
+                return Poll::Ready(Err(Status::unavailable("server is shutting down")));
+            };
+            self.latest_seq = self.latest_seq.max(seq);
+            self.changed.set(next_snapshot(snapshots));
+            self.body.arm(CHANGED);
+        }
+        if self.has_work(self.latest_seq)
+            && let Some(framed) = self.push_one()
+        {
+            return Poll::Ready(Ok(framed));
+        }
+        Poll::Pending
+    }
+}
+
+impl<P: Protocol> Stream<P> {
     /// Checks and applies one request; an error ends the stream with that status.
     fn on_request(&mut self, req: P::Request) -> Result<(), Status> {
         check_same_node(&self.node, P::node(&req))?;
@@ -392,7 +405,6 @@ impl<P: Protocol> Stream<P> {
             &req,
             known.as_deref().map(|s| s.resources(ty)),
             &self.params.names,
-            &self.writer,
             self.registration.id(),
         )?;
         match kind {
@@ -403,12 +415,6 @@ impl<P: Protocol> Stream<P> {
                 tracing::info!(conn = %self.registration.id(), r#type = %ty, error, "NACK");
             }
             Kind::Initial | Kind::Ack | Kind::Update => {}
-        }
-        if !self.proto.subscribed(ty)
-            && let Some(framed) = self.writer.recall(ty)
-        {
-            // INV-5, SOTW-35: the staged response is for a type the client no longer wants.
-            self.proto.recalled(ty, framed);
         }
         self.registration.update(ty, self.proto.status(ty));
         Ok(())
@@ -444,22 +450,26 @@ impl<P: Protocol> Stream<P> {
         }
     }
 
-    /// Stages the next owed response, walking the pinned snapshot in push order.
-    fn push_one(&mut self, latest_seq: &mut u64) -> Result<(), BodyGone> {
+    /// Wakes the body when a response is owed.
+    fn wake_body_if_owed(&self) {
+        if self.has_work(self.latest_seq) {
+            self.body.wake();
+        }
+    }
+
+    /// The next owed response, walking the pinned snapshot in push order.
+    fn push_one(&mut self) -> Option<Framed> {
         let ads = self.params.fixed.is_none();
         if let Some(url) = self.empty.take() {
             let nonce = self.next_nonce();
-            let framed = frame_empty(&url, EMPTY_VERSION, &nonce);
-            return self.writer.stage(framed).map_err(|_| BodyGone);
+            return Some(frame_empty(&url, EMPTY_VERSION, &nonce));
         }
         loop {
             if self.cycle.is_none() {
                 self.cycle = self.params.store.load();
             }
-            let Some(snap) = self.cycle.clone() else {
-                return Ok(());
-            };
-            *latest_seq = (*latest_seq).max(snap.seq);
+            let snap = self.cycle.clone()?;
+            self.latest_seq = self.latest_seq.max(snap.seq);
             let view = self.node.view_for(P::DELTA);
             for ty in ResourceType::ALL {
                 if !self.proto.has_work(ty, snap.seq) {
@@ -468,7 +478,7 @@ impl<P: Protocol> Stream<P> {
                 if self.held(ty) {
                     // SOTW-31: listeners and routes wait for the EDS of clusters CDS just added;
                     // the cycle stays on this snapshot until it went out or the wait ran out.
-                    return Ok(());
+                    return None;
                 }
                 // SOTW-31: when this push also changes the client's listeners or routes, clusters
                 // it removes stay until those went out; `end_cycle` then removes them.
@@ -509,10 +519,6 @@ impl<P: Protocol> Stream<P> {
                         continue;
                     }
                 };
-                if self.writer.stage(framed).is_err() {
-                    metrics::send_error(ty);
-                    return Err(BodyGone);
-                }
                 let change_driven = P::change_driven(&built);
                 if ty == ResourceType::Cluster {
                     let added = self.proto.after_cds(&built, &snap, view, ads);
@@ -536,14 +542,14 @@ impl<P: Protocol> Stream<P> {
                 if !more {
                     self.end_cycle();
                 }
-                return Ok(());
+                return Some(framed);
             }
             self.end_cycle();
             match self.params.store.load() {
                 Some(newer) if newer.seq > snap.seq => continue,
                 // What the cycle held back is owed now, from the same snapshot.
                 _ if self.has_work(snap.seq) => continue,
-                _ => return Ok(()),
+                _ => return None,
             }
         }
     }

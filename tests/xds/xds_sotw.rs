@@ -907,10 +907,10 @@ async fn sotw_34_types_are_independent_on_one_stream() {
 }
 
 #[tokio::test]
-async fn sotw_35_staged_response_for_an_unsubscribed_type_is_dropped() {
+async fn sotw_35_a_response_owed_for_an_unsubscribed_type_is_never_sent() {
     // SOTW-35, INV-5: the client stops reading during a 1 MiB CDS response. h2 holds that
     // response and hyper has already pulled the next one (RDS) from the body, so the EDS response
-    // for [s] waits in the stream's slot; the client then unsubscribes EDS. That response must
+    // for [s] is owed but cannot be built; the client then unsubscribes EDS. That response must
     // never be delivered, nor count as sent.
     let s = TestServer::start_behind_big_cds(vec![cla("s", 1), route("r", "c0")]).await;
     let mut c = s.ads_with_window("n", 64 * 1024).await;
@@ -919,13 +919,13 @@ async fn sotw_35_staged_response_for_an_unsubscribed_type_is_dropped() {
     c.subscribe(RDS, &["r"]).await;
     s.wait_status("n", RDS, |st| st.sent_nonce.is_some()).await;
     c.subscribe(EDS, &["s"]).await;
-    s.wait_status("n", EDS, |st| st.sent_nonce.is_some()).await;
+    s.wait_status("n", EDS, |st| st.names.len() == 1).await;
     c.request(EDS, &[], "", "").await;
     let st = s.wait_status("n", EDS, |st| st.names.is_empty()).await;
     assert_eq!(
         st.status(),
         SyncStatus::NotSent,
-        "recalled response is not counted as sent"
+        "nothing was built for EDS"
     );
     let cds = c.expect_response().await;
     assert_eq!(
@@ -936,9 +936,9 @@ async fn sotw_35_staged_response_for_an_unsubscribed_type_is_dropped() {
     c.expect_no_response().await;
 }
 
-/// A stream whose EDS response N2 for `s` waits in the server's slot (behind a stuck 1 MiB CDS
+/// A stream that owes the client an EDS response for a change to `s` (behind a stuck 1 MiB CDS
 /// and an RDS response hyper already pulled), while the client last saw EDS N1.
-async fn eds_response_staged_behind_stuck_cds() -> (TestServer, XdsClient, String) {
+async fn eds_change_owed_behind_stuck_cds() -> (TestServer, XdsClient, String) {
     let s =
         TestServer::start_behind_big_cds(vec![cla("s", 1), cla("t", 1), route("r", "c0")]).await;
     let mut c = s.ads_with_window("n", 64 * 1024).await;
@@ -949,22 +949,21 @@ async fn eds_response_staged_behind_stuck_cds() -> (TestServer, XdsClient, Strin
     let r1 = c.expect(RDS, &["r"]).await;
     c.ack(&r1, &["r"]).await;
     c.subscribe(CDS, &[]).await;
-    s.stage_eds_behind_stuck_cds("n", &r1.nonce, &n1.nonce)
-        .await;
+    s.owe_eds_behind_stuck_cds("n", &r1.nonce).await;
     (s, c, n1.nonce)
 }
 
 #[tokio::test]
-async fn sotw_35_unsubscribe_with_the_last_seen_nonce_drops_the_staged_response() {
+async fn sotw_35_unsubscribe_with_the_last_seen_nonce_drops_the_owed_response() {
     // SOTW-35, INV-5, the Envoy shape: the unsubscribe carries N1, the last EDS nonce the client
-    // saw. It is stale only because of the undelivered N2, which must be dropped, not delivered.
-    let (s, mut c, n1) = eds_response_staged_behind_stuck_cds().await;
+    // saw, while the change to s is owed. Nothing more goes out for s.
+    let (s, mut c, n1) = eds_change_owed_behind_stuck_cds().await;
     c.request(EDS, &[], "", &n1).await;
     let st = s.wait_status("n", EDS, |st| st.names.is_empty()).await;
     assert_eq!(
         st.sent_nonce.as_deref(),
         Some(n1.as_str()),
-        "N2 was never sent"
+        "nothing was sent after N1"
     );
     assert_eq!(c.expect_response().await.type_url, CDS.type_url());
     c.expect(RDS, &["r"]).await;
@@ -972,10 +971,10 @@ async fn sotw_35_unsubscribe_with_the_last_seen_nonce_drops_the_staged_response(
 }
 
 #[tokio::test]
-async fn bug_08_subscription_change_crossing_a_staged_response_is_honoured() {
-    // BUG-8, SOTW-17: the client adds t with nonce N1 while N2 (s only) waits in the slot. N2 is
-    // rebuilt after the change, so the client gets s and t in one response.
-    let (s, mut c, n1) = eds_response_staged_behind_stuck_cds().await;
+async fn bug_08_subscription_change_while_a_response_is_owed_is_honoured() {
+    // BUG-8, SOTW-17: the client adds t with nonce N1 while the change to s is owed. The response
+    // is built after the change, so the client gets s and t in one response.
+    let (s, mut c, n1) = eds_change_owed_behind_stuck_cds().await;
     c.request(EDS, &["s", "t"], "", &n1).await;
     s.wait_status("n", EDS, |st| st.names.len() == 2).await;
     assert_eq!(c.expect_response().await.type_url, CDS.type_url());
@@ -1000,7 +999,7 @@ async fn sotw_36_requests_are_handled_while_pushes_are_stuck() {
     for i in 2..6 {
         s.publish(vec![cla("e", i)], vec![]); // pushes pile up behind the stuck CDS
     }
-    // A new subscription and an ACK (now stale: a newer EDS response is staged) are both
+    // A new subscription and an ACK (now stale: hyper pulled a newer EDS response) are both
     // processed although nothing can be written.
     c.subscribe(RDS, &["r"]).await;
     s.wait_status("n", RDS, |st| st.requested && st.names.len() == 1)
@@ -1058,8 +1057,8 @@ async fn trans_01_a_stuck_client_does_not_delay_others_and_is_coalesced() {
         a.ack(&r, &[]).await;
         last = Some(r);
     }
-    // In flight for a stuck stream: one response in h2's send buffer, the next pulled by hyper,
-    // one staged in the slot; then the newest. Never one per snapshot.
+    // In flight for a stuck stream: one response in h2's send buffer and the next pulled by
+    // hyper; then the newest. Never one per snapshot.
     assert!(
         count <= 4,
         "stuck client got {count} responses: not coalesced"

@@ -60,26 +60,6 @@ impl Owed {
     fn is_empty(&self) -> bool {
         !self.all && !self.respond && self.names.is_empty() && self.initial_versions.is_none()
     }
-
-    fn merge(&mut self, other: Owed) {
-        self.all |= other.all;
-        self.respond |= other.respond;
-        self.names.extend(other.names);
-        if self.initial_versions.is_none() {
-            self.initial_versions = other.initial_versions;
-        }
-    }
-}
-
-/// What to restore if the staged response is recalled before the client got it.
-#[derive(Debug)]
-pub(crate) struct Restore {
-    view: Option<Arc<TypeResources>>,
-    owed: Owed,
-    sent: Option<Sent>,
-    /// `synced_seq` before the build: a recalled response leaves the client behind `view`'s
-    /// successor, so the change it carried is owed again even if no newer snapshot comes.
-    synced_seq: u64,
 }
 
 /// A response's content, ready to frame.
@@ -96,14 +76,14 @@ pub(crate) struct DeltaBuilt {
     /// Set when `resources` is every resource of this map and nothing is removed: the response's
     /// entries are then the same bytes for every stream and can be shared whole (see `cache.rs`).
     pub whole_set: Option<Arc<TypeResources>>,
-    /// The state before this response, for [`DeltaState::recalled`].
-    pub restore: Restore,
+    /// The map the client's view came from before this response; `None` for its first response.
+    pub previous: Option<Arc<TypeResources>>,
 }
 
 impl DeltaBuilt {
     /// The map the client's view came from before this response; `None` for its first response.
     pub(crate) fn previous(&self) -> Option<&TypeResources> {
-        self.restore.view.as_deref()
+        self.previous.as_deref()
     }
 }
 
@@ -117,8 +97,6 @@ pub(crate) struct DeltaState {
     view: Option<Arc<TypeResources>>,
     owed: Owed,
     sent: Option<Sent>,
-    /// The state before the response still staged, if one is.
-    staged: Option<Restore>,
     acked: Option<(Arc<str>, Arc<str>)>,
     last_error: Option<String>,
     /// The snapshot this type was last brought up to.
@@ -142,7 +120,6 @@ impl DeltaState {
             view: None,
             owed: Owed::default(),
             sent: None,
-            staged: None,
             acked: None,
             last_error: None,
             synced_seq: 0,
@@ -190,10 +167,6 @@ impl DeltaState {
         } else {
             Kind::Stale
         };
-        if matches_sent {
-            // The client has the staged response: nothing left to recall.
-            self.staged = None;
-        }
         let change =
             self.sub
                 .apply_delta_known(self.ty, first, req.subscribe, req.unsubscribe, req.known);
@@ -303,7 +276,6 @@ impl DeltaState {
         defer_removals: bool,
         diffs: &DiffCache,
     ) -> Option<DeltaBuilt> {
-        let restore_seq = self.synced_seq;
         self.synced_seq = self.synced_seq.max(snap.seq);
         if !self.subscribed() {
             return None;
@@ -336,7 +308,7 @@ impl DeltaState {
         for name in owed.names.iter().filter(|n| self.sub.covers(n)) {
             answer(&res, name, &mut send, &mut removed);
         }
-        let restore_view = self.view.replace(Arc::clone(&res));
+        let previous = self.view.replace(Arc::clone(&res));
         if send.is_empty() && removed.is_empty() && !owed.respond {
             return None;
         }
@@ -348,12 +320,7 @@ impl DeltaState {
             resources: send.into_values().collect(),
             removed: removed.into_iter().collect(),
             change_driven,
-            restore: Restore {
-                view: restore_view,
-                owed,
-                sent: None,
-                synced_seq: restore_seq,
-            },
+            previous,
         })
     }
 
@@ -424,32 +391,8 @@ impl DeltaState {
     }
 
     /// Records that the response `built` came from went out with `nonce`.
-    pub(crate) fn sent(&mut self, sent: Sent, mut restore: Restore) {
-        // Kept until the client acknowledges this response or the next one is staged; that includes
-        // a first response's initial versions, so a recalled reconnect answer is rebuilt with its
-        // removals (bounded by the request size limit).
-        restore.sent = self.sent.take();
-        self.staged = Some(restore);
+    pub(crate) fn sent(&mut self, sent: Sent) {
         self.sent = Some(sent);
-    }
-
-    /// The staged response was taken back before the body started it: it never reached the
-    /// client, so the client holds what it held before, and what that response answered is owed
-    /// again.
-    pub(crate) fn recalled(&mut self) {
-        let Some(restore) = self.staged.take() else {
-            return;
-        };
-        self.sent = restore.sent;
-        self.view = restore.view;
-        self.synced_seq = restore.synced_seq;
-        self.owed.merge(restore.owed);
-        if self.view.is_none() {
-            self.owed.all = true;
-        }
-        if !self.subscribed() {
-            self.owed = Owed::default();
-        }
     }
 
     /// The debug view of this type.

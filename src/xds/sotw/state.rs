@@ -51,8 +51,8 @@ pub(crate) struct SotwBuilt {
     pub version: TypeVersion,
     /// Shared `resources` entries, in name order.
     pub entries: Vec<Bytes>,
-    /// EDS/RDS only: names carried (full-state responses do not list them). Shared by the framed
-    /// response (to owe them again if it is recalled) and, once sent, by client status (CSDS).
+    /// EDS/RDS only: names carried (full-state responses do not list them), kept once sent for
+    /// client status (CSDS).
     pub names: Arc<[Arc<str>]>,
     /// CDS only: the clusters this response adds or changes for the client (warming, SOTW-32).
     pub warming: Warming,
@@ -69,8 +69,6 @@ pub(crate) struct SotwState {
     /// EDS/RDS: the names the last response carried, for client status (CSDS): the response's own
     /// list, shared, not a copy; `None` when it carried every subscribed name.
     last_names: Option<Arc<[Arc<str>]>>,
-    /// `sent` before the currently staged response, restored if that response is recalled.
-    before_staged: Option<Option<Sent>>,
     acked: Option<(Arc<str>, Arc<str>)>,
     last_error: Option<String>,
     /// The snapshot this type's client state was last brought up to.
@@ -108,7 +106,6 @@ impl SotwState {
             sub: Subscription::default(),
             sent: None,
             last_names: None,
-            before_staged: None,
             acked: None,
             last_error: None,
             synced_seq: 0,
@@ -509,7 +506,6 @@ impl SotwState {
 
     /// Records that a response with `nonce` and `version` was handed to the body (SOTW-10).
     pub(crate) fn sent(&mut self, sent: Sent, names: Arc<[Arc<str>]>) {
-        self.before_staged = Some(self.sent.take());
         self.sent = Some(sent);
         if self.ty == ResourceType::Endpoint {
             for n in names.iter() {
@@ -521,28 +517,6 @@ impl SotwState {
             // one is: nothing to keep (a proxy's first EDS answer names every cluster).
             let all = !self.sub.wildcard && names.len() == self.sub.names.len();
             self.last_names = (!all).then_some(names);
-        }
-    }
-
-    /// Whether `nonce` is that of the response sent before the one last staged: a request carrying
-    /// it is stale only because of a response the client may not have received yet.
-    pub(crate) fn acks_before_staged(&self, nonce: &str) -> bool {
-        matches!(&self.before_staged, Some(Some(s)) if *s.nonce == *nonce)
-    }
-
-    /// The staged response (carrying `names` for EDS/RDS) was recalled before the body took it: it
-    /// was never sent. Its content is owed again if still subscribed.
-    pub(crate) fn recalled(&mut self, names: &[Arc<str>]) {
-        if let Some(before) = self.before_staged.take() {
-            self.sent = before;
-        }
-        if !self.subscribed() {
-            return;
-        }
-        if self.ty.full_state_in_sotw() {
-            self.pending.respond = true;
-        } else {
-            self.pending.names.extend(names.iter().cloned());
         }
     }
 

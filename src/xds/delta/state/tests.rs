@@ -56,7 +56,7 @@ fn respond(st: &mut DeltaState, s: &Snapshot, nonce: &str) -> Option<(Vec<String
         })
         .collect();
     let removed = built.removed.iter().map(|n| n.to_string()).collect();
-    st.sent(Sent::spelled(nonce, built.version), built.restore);
+    st.sent(Sent::spelled(nonce, built.version));
     Some((sent, removed))
 }
 
@@ -340,25 +340,6 @@ fn first_response_is_sent_even_when_empty() {
 }
 
 #[test]
-fn recalled_response_is_rebuilt_from_what_the_client_held() {
-    // A staged response taken back never reached the client: the next one covers its content.
-    let mut b = SnapshotBuilder::new();
-    let s1 = next(&mut b, &[("a", "1"), ("b", "1")], &[]);
-    let mut st = cds();
-    request(&mut st, "", &[], &[]);
-    respond(&mut st, &s1, "n1");
-    request(&mut st, "n1", &[], &[]);
-    let s2 = next(&mut b, &[("a", "2")], &["b"]);
-    respond(&mut st, &s2, "n2");
-    st.recalled();
-    assert_eq!(st.status().sent_nonce.as_deref(), Some("n1"));
-    assert_eq!(
-        respond(&mut st, &s2, "n3"),
-        Some((strings(&["a:2"]), strings(&["b"])))
-    );
-}
-
-#[test]
 fn deferred_removals_follow_when_released() {
     // SOTW-31 for delta ADS: removals wait for the push's listeners and routes.
     let mut b = SnapshotBuilder::new();
@@ -371,7 +352,7 @@ fn deferred_removals_follow_when_released() {
         .build(&s2, View::Envoy, true, &DiffCache::default())
         .expect("c is new");
     assert_eq!(built.removed, Vec::<Arc<str>>::new());
-    st.sent(Sent::spelled("n2", built.version), built.restore);
+    st.sent(Sent::spelled("n2", built.version));
     assert!(!st.has_work(s2.seq));
     st.release_deferred();
     assert_eq!(respond(&mut st, &s2, "n3"), Some((vec![], strings(&["b"]))));
@@ -421,7 +402,7 @@ fn one_change_on_a_large_mesh_sends_one_resource() {
     let first = st
         .build(&snap, View::Envoy, false, &DiffCache::default())
         .expect("full response");
-    st.sent(Sent::spelled("n0", first.version), first.restore);
+    st.sent(Sent::spelled("n0", first.version));
     for i in 0..200 {
         let name = &many[(i * 97) % many.len()].0;
         snap = next(&mut b, &[(name, &format!("v{i}"))], &[]);
@@ -429,33 +410,8 @@ fn one_change_on_a_large_mesh_sends_one_resource() {
             .build(&snap, View::Envoy, false, &DiffCache::default())
             .expect("one change");
         assert_eq!(built.resources.len(), 1);
-        st.sent(
-            Sent::spelled(&format!("n{}", i + 1), built.version),
-            built.restore,
-        );
+        st.sent(Sent::spelled(&format!("n{}", i + 1), built.version));
     }
-}
-
-#[test]
-fn recalled_reconnect_answer_keeps_its_removals() {
-    // DELTA-11 with a recall: the rebuilt first response still removes what the client held.
-    let mut b = SnapshotBuilder::new();
-    let s1 = next(&mut b, &[("a", "1")], &[]);
-    let held: HashMap<String, String> = [("gone".to_string(), "x".to_string())].into();
-    let mut st = cds();
-    st.on_request(&Request {
-        initial_versions: Some(&held),
-        ..Default::default()
-    });
-    let built = st
-        .build(&s1, View::Envoy, false, &DiffCache::default())
-        .expect("first response");
-    st.sent(Sent::spelled("n1", built.version), built.restore);
-    st.recalled();
-    assert_eq!(
-        respond(&mut st, &s1, "n2"),
-        Some((strings(&["a:1"]), strings(&["gone"])))
-    );
 }
 
 #[test]
@@ -483,7 +439,7 @@ fn a_response_with_the_whole_map_is_marked_shareable_and_names_share_the_snapsho
         .build(&s1, View::Envoy, false, &DiffCache::default())
         .expect("first response");
     assert!(built.whole_set.is_some());
-    eds_like.sent(Sent::spelled("n1", built.version), built.restore);
+    eds_like.sent(Sent::spelled("n1", built.version));
 
     // One of two changed: not the whole map.
     request(&mut eds_like, "n1", &[], &[]);
@@ -493,27 +449,4 @@ fn a_response_with_the_whole_map_is_marked_shareable_and_names_share_the_snapsho
         .expect("the change");
     assert_eq!(built.resources.len(), 1);
     assert!(built.whole_set.is_none());
-}
-
-#[test]
-fn a_recalled_change_is_still_owed_after_an_unsubscribe() {
-    // DELTA-6 + DELTA-8 with a recall: the client drops one name while a response carrying a change
-    // to another name waits unsent. That response is taken back; the change must still go out,
-    // although the unsubscribe itself owes nothing and no newer snapshot comes.
-    let mut b = SnapshotBuilder::new();
-    let s1 = next(&mut b, &[("a", "1"), ("b", "1")], &[]);
-    let mut st = cds();
-    request(&mut st, "", &["a", "b"], &[]);
-    respond(&mut st, &s1, "n1");
-    request(&mut st, "n1", &[], &[]);
-    let s2 = next(&mut b, &[("a", "2")], &[]);
-    assert!(st.has_work(s2.seq));
-    respond(&mut st, &s2, "n2");
-    st.recalled();
-    request(&mut st, "n1", &[], &["b"]);
-    assert!(st.has_work(s2.seq), "the recalled change to a is owed");
-    assert_eq!(
-        respond(&mut st, &s2, "n3"),
-        Some((strings(&["a:2"]), vec![]))
-    );
 }
