@@ -77,9 +77,9 @@ mod stream;
 mod subscription;
 mod warming;
 
-#[cfg(test)]
-pub(crate) use connections::Registration;
 pub use connections::{ConnectionInfo, Connections, SyncStatus, TypeStatus};
+#[cfg(test)]
+pub(crate) use connections::{Registration, StatusSource};
 pub use csds::CsdsService;
 pub use node::{LISTENER_ADDRESS_KEY, NodeError, NodeInfo, VHDS_KEY};
 pub use record::MAX_ERROR_BYTES;

@@ -69,8 +69,27 @@ async fn get(state: &AdminState, uri: &str, token: Option<&str>) -> (StatusCode,
     (status, String::from_utf8(body.to_vec()).unwrap())
 }
 
+/// A connected proxy's registration and the state debug views read from it.
+struct Connected {
+    _registration: crate::xds::Registration,
+    _types: Arc<parking_lot::Mutex<FixedStatus>>,
+}
+
+/// Per-type states that do not change.
+struct FixedStatus(Vec<(ResourceType, TypeStatus)>);
+
+impl crate::xds::StatusSource for FixedStatus {
+    fn status(&self, ty: ResourceType) -> TypeStatus {
+        self.0
+            .iter()
+            .find(|(t, _)| *t == ty)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    }
+}
+
 /// Registers a connected proxy subscribed to CDS (wildcard) and to EDS for `eds_names`.
-fn connect(c: &Connections, id: &str, eds_names: &[&str]) -> crate::xds::Registration {
+fn connect(c: &Connections, id: &str, eds_names: &[&str]) -> Connected {
     let node = NodeInfo {
         locality: None,
         id: Arc::from(id),
@@ -79,26 +98,32 @@ fn connect(c: &Connections, id: &str, eds_names: &[&str]) -> crate::xds::Registr
         listener_address: None,
         proxyless: false,
     };
-    let reg = c.register(&node, None, false);
-    reg.update(
-        ResourceType::Cluster,
-        TypeStatus {
-            requested: true,
-            wildcard: true,
-            sent_version: Some("v1".into()),
-            ..Default::default()
-        },
-    );
-    reg.update(
-        ResourceType::Endpoint,
-        TypeStatus {
-            requested: true,
-            names: eds_names.iter().map(|n| Arc::from(*n)).collect(),
-            sent_version: Some("v2".into()),
-            ..Default::default()
-        },
-    );
-    reg
+    let registration = c.register(&node, None, false);
+    let types = Arc::new(parking_lot::Mutex::new(FixedStatus(vec![
+        (
+            ResourceType::Cluster,
+            TypeStatus {
+                requested: true,
+                wildcard: true,
+                sent_version: Some("v1".into()),
+                ..Default::default()
+            },
+        ),
+        (
+            ResourceType::Endpoint,
+            TypeStatus {
+                requested: true,
+                names: eds_names.iter().map(|n| Arc::from(*n)).collect(),
+                sent_version: Some("v2".into()),
+                ..Default::default()
+            },
+        ),
+    ])));
+    registration.attach(Arc::downgrade(&types) as _);
+    Connected {
+        _registration: registration,
+        _types: types,
+    }
 }
 
 fn dump(body: &str) -> ConfigDump {
