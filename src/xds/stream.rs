@@ -230,7 +230,9 @@ pub(crate) async fn run<P: Protocol>(
     let peer = peer_text(params.peer);
     tracing::info!(%conn, node = %node_id, %peer, delta, "xDS stream connected");
     let latest_seq = *snapshots.borrow_and_update();
-    let stream = Stream {
+    // Made in place and held only behind the `Arc`: a `Stream` held by value in this future (or
+    // passed by value to `serve`) would be laid out in the task again (~2.5 KB each, MEM-3).
+    let stream = Arc::new(parking_lot::Mutex::new(Stream {
         params,
         node,
         nonce_prefix: format!("{:x}{}", registration.serial(), P::NONCE_MARK),
@@ -247,8 +249,19 @@ pub(crate) async fn run<P: Protocol>(
         urls: ResourceType::ALL.map(ResourceType::type_url),
         empty: EmptyAnswers::default(),
         metrics: metrics::PushMetrics::default(),
+    }));
+    let applied = stream.lock().on_request(first);
+    let status = match applied {
+        Err(status) => Some(status),
+        Ok(()) => {
+            stream
+                .lock()
+                .registration
+                .attach(Arc::downgrade(&stream) as _);
+            writer.attach(Arc::clone(&stream) as SharedSource);
+            serve(&stream, requests, drain, &force_push).await
+        }
     };
-    let status = serve(stream, first, requests, &writer, drain, &force_push).await;
     match status {
         Some(status) => {
             tracing::info!(%conn, node = %node_id, %peer, code = %status.code(), "xDS stream ended");
@@ -290,22 +303,11 @@ async fn first_request<R: FromFrame>(
 /// (`None`: the client closed it). The body pulls the responses (`body.rs`); this task wakes it
 /// when a request, an admin push or the warming gate's end makes one owed.
 async fn serve<P: Protocol>(
-    mut stream: Stream<P>,
-    first: P::Request,
+    stream: &parking_lot::Mutex<Stream<P>>,
     mut requests: Requests<P::Request>,
-    writer: &BodyWriter,
     drain: CancellationToken,
     force_push: &Notify,
 ) -> Option<Status> {
-    if let Err(status) = stream.on_request(first) {
-        return Some(status);
-    }
-    let stream = Arc::new(parking_lot::Mutex::new(stream));
-    stream
-        .lock()
-        .registration
-        .attach(Arc::downgrade(&stream) as _);
-    writer.attach(Arc::clone(&stream) as SharedSource);
     // Made once and kept across wake-ups: each one registered anew per loop turn cost every
     // stream two waiter-list updates (one on the server-wide drain token) per request.
     // The body going away needs no arm: dropping the body aborts this task (`body.rs`).
