@@ -39,6 +39,7 @@ use super::record::Sent;
 use super::request::{Kind, MAX_NAMES_PER_REQUEST, check_names, refuse};
 use super::response::{self, TooLarge};
 use super::stream::Protocol;
+use super::subscription::Known;
 use crate::envoy::ResourceType;
 use crate::snapshot::{Snapshot, TypeResources, TypeVersion, View};
 use state::{DeltaBuilt, DeltaState, Request};
@@ -105,7 +106,10 @@ impl Protocol for Delta {
             unsubscribe: &req.resource_names_unsubscribe,
             initial_versions: Some(&req.initial_resource_versions),
             error: Self::error(req),
-            known,
+            known: Known {
+                resources: known,
+                sets: Some(shared),
+            },
         });
         if !state.sub().names.ptr_eq(&before) {
             shared.share(&mut state.sub_mut().names);

@@ -49,6 +49,10 @@ impl SharedNames {
         if names.len() < MIN_SHARED_LEN {
             return;
         }
+        if self.lock().sets.values().any(|s| s.ptr_eq(names)) {
+            // Taken from here already (`find`): no need to hash it.
+            return;
+        }
         let key = set_hash(names.iter().map(|n| &**n));
         // Compared outside the lock: a clone of a persistent set is a pointer copy.
         let found = self.lock().sets.get(&key).cloned();

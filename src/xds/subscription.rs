@@ -231,18 +231,19 @@ impl Subscription {
         subscribe: &[String],
         unsubscribe: &[String],
     ) -> Change {
-        self.apply_delta_known(ty, first, subscribe, unsubscribe, None)
+        self.apply_delta_known(ty, first, subscribe, unsubscribe, Known::default())
     }
 
     /// [`Self::apply_delta`], taking newly subscribed names from `known` when it has them, as
-    /// [`Self::apply_sotw_known`] does.
-    pub fn apply_delta_known(
+    /// [`Self::apply_sotw_known`] does: a subscription that starts with a list another stream's
+    /// set holds takes that set whole.
+    pub(crate) fn apply_delta_known(
         &mut self,
         ty: ResourceType,
         first: bool,
         subscribe: &[String],
         unsubscribe: &[String],
-        known: Option<&TypeResources>,
+        known: Known<'_>,
     ) -> Change {
         self.requested = true;
         self.last_list = None;
@@ -251,13 +252,34 @@ impl Subscription {
         if first && subscribe.is_empty() && unsubscribe.is_empty() && ty.legacy_wildcard() {
             self.wildcard = true;
         }
-        for n in subscribe {
-            if n == WILDCARD {
-                self.wildcard = true;
-            } else if !self.names.contains(n.as_str()) {
-                let name = intern(n, known);
-                self.names.insert(Arc::clone(&name));
-                change.added.push(name);
+        let shared = known
+            .sets
+            .filter(|_| self.names.is_empty() && unsubscribe.is_empty())
+            .and_then(|sets| {
+                let mut listed: Vec<&str> = subscribe.iter().map(String::as_str).collect();
+                if !listed.is_sorted() {
+                    listed.sort_unstable();
+                }
+                listed.dedup();
+                listed
+                    .binary_search(&WILDCARD)
+                    .is_err()
+                    .then(|| sets.find(&listed))
+                    .flatten()
+            });
+        if let Some(set) = shared {
+            // Another stream's set with these very names: taken whole, nothing built.
+            change.added = set.iter().cloned().collect();
+            self.names = set;
+        } else {
+            for n in subscribe {
+                if n == WILDCARD {
+                    self.wildcard = true;
+                } else if !self.names.contains(n.as_str()) {
+                    let name = intern(n, known.resources);
+                    self.names.insert(Arc::clone(&name));
+                    change.added.push(name);
+                }
             }
         }
         for n in unsubscribe {
@@ -515,6 +537,45 @@ mod tests {
         let c = s.apply_sotw(ty, &req(&["b", "c"]));
         assert_eq!(c.added, vec![Arc::<str>::from("c")]);
         assert_eq!(c.removed, vec![Arc::<str>::from("a")]);
+    }
+
+    #[test]
+    fn a_first_delta_subscribe_another_stream_holds_takes_its_set() {
+        // The delta storm's case: every proxy subscribes to the same clusters' EDS.
+        let sets = SharedNames::default();
+        let listed: Vec<String> = (0..100).rev().map(|i| format!("c{i:03}")).collect();
+        let ty = ResourceType::Endpoint;
+        let known = Known {
+            resources: None,
+            sets: Some(&sets),
+        };
+        let mut first = Subscription::default();
+        first.apply_delta_known(ty, true, &listed, &[], known);
+        sets.share(&mut first.names);
+
+        let mut second = Subscription::default();
+        let c = second.apply_delta_known(ty, true, &listed, &[], known);
+        assert!(second.names.ptr_eq(&first.names), "taken whole");
+        assert_eq!(c.added.len(), 100);
+        assert!(!second.wildcard && !c.wildcard_on);
+        // Later requests change it name by name, the other stream's set untouched.
+        let c = second.apply_delta_known(ty, false, &[], &listed[..1], known);
+        assert_eq!(c.removed, vec![Arc::<str>::from("c099")]);
+        assert_eq!(first.names.len(), 100);
+
+        // Not when it adds to names already held, nor with "*".
+        let mut held = Subscription::default();
+        held.apply_delta_known(ty, true, &req(&["x"]), &[], known);
+        held.apply_delta_known(ty, false, &listed, &[], known);
+        assert!(!held.names.ptr_eq(&first.names));
+        assert_eq!(held.names.len(), 101);
+        let mut wild = Subscription::default();
+        let mut with_wildcard = listed.clone();
+        with_wildcard.push(WILDCARD.into());
+        let c = wild.apply_delta_known(ResourceType::Cluster, true, &with_wildcard, &[], known);
+        assert!(wild.wildcard && c.wildcard_on);
+        assert!(!wild.names.ptr_eq(&first.names));
+        assert_eq!(wild.names, first.names);
     }
 
     #[test]

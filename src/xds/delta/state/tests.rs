@@ -422,7 +422,10 @@ fn a_response_with_the_whole_map_is_marked_shareable_and_names_share_the_snapsho
     let sub = strings(&["a", "b"]);
     eds_like.on_request(&Request {
         subscribe: &sub,
-        known: Some(s1.resources(ResourceType::Cluster)),
+        known: Known {
+            resources: Some(s1.resources(ResourceType::Cluster)),
+            sets: None,
+        },
         ..Default::default()
     });
     let (key, _) = s1
@@ -449,4 +452,35 @@ fn a_response_with_the_whole_map_is_marked_shareable_and_names_share_the_snapsho
         .expect("the change");
     assert_eq!(built.resources.len(), 1);
     assert!(built.whole_set.is_none());
+}
+
+#[test]
+fn a_first_response_answers_names_walked_with_the_map_or_looked_up() {
+    // Names many for the map are answered in one walk of both, few by lookups: the same answer,
+    // in name order, with names the map lacks removed (DELTA-9).
+    let mut b = SnapshotBuilder::new();
+    let all: Vec<String> = (0..100).map(|i| format!("c{i:03}")).collect();
+    let upserts: Vec<(&str, &str)> = all.iter().map(|n| (n.as_str(), "1")).collect();
+    let s = next(&mut b, &upserts, &[]);
+    let few = vec!["zz", "c099", "c000", "a", "c050"];
+    let many: Vec<&str> = all
+        .iter()
+        .step_by(2)
+        .map(String::as_str)
+        .chain(["zz", "a"])
+        .collect();
+    for names in [few, many] {
+        let mut st = cds();
+        request(&mut st, "", &names, &[]);
+        let (sent, removed) = respond(&mut st, &s, "n1").expect("a first response");
+        let mut present: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| n.starts_with('c'))
+            .collect();
+        present.sort_unstable();
+        let expected: Vec<String> = present.iter().map(|n| format!("{n}:1")).collect();
+        assert_eq!(sent, expected);
+        assert_eq!(removed, strings(&["a", "zz"]));
+    }
 }
