@@ -80,6 +80,11 @@ impl<const N: usize> OwnWakers<N> {
         self.shared.woken.fetch_or(1 << i, Ordering::Release);
     }
 
+    /// Whether branch `i`'s future woke the task since the branch last polled it.
+    pub(crate) fn woken(&self, i: usize) -> bool {
+        self.shared.woken.load(Ordering::Acquire) & (1 << i) != 0
+    }
+
     /// Polls `fut`, branch `i`'s future, if it woke the task since its last poll (or after
     /// [`Self::arm`]).
     pub(crate) fn poll<F: Future>(&self, i: usize, fut: Pin<&mut F>) -> Poll<F::Output> {

@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tonic::server::NamedService;
 use tonic::transport::server::TcpConnectInfo;
-use tracing::Instrument;
 
 use super::body::{self, BodyWriter, ResponseBody};
 use super::cache::FullSetCache;
@@ -99,18 +98,17 @@ impl Shared {
             names: Arc::clone(&self.names),
             eds_warm_wait: self.eds_warm_wait,
         };
-        let span = tracing::info_span!("xds_stream", method, peer = ?peer);
         let limit = self.max_decoding_message_size;
         let prune = PruneOnDrop(Arc::clone(&self.full_sets));
         let body_in = req.into_body();
         let task = if delta {
             let requests = Requests::new(body_in, limit);
             let task = stream_task::<Delta>(params, requests, writer, snapshots, prune);
-            tokio::spawn(task.instrument(span))
+            tokio::spawn(task)
         } else {
             let requests = Requests::new(body_in, limit);
             let task = stream_task::<Sotw>(params, requests, writer, snapshots, prune);
-            tokio::spawn(task.instrument(span))
+            tokio::spawn(task)
         };
         body.own_task(task);
         grpc_response(body)
