@@ -168,6 +168,10 @@ impl Protocol for Delta {
         built
     }
 
+    fn shared_nonce(built: &DeltaBuilt) -> Option<Arc<str>> {
+        built.shared.as_ref().map(|s| Arc::clone(&s.nonce))
+    }
+
     fn version(built: &DeltaBuilt) -> TypeVersion {
         built.version
     }
@@ -181,15 +185,22 @@ impl Protocol for Delta {
         view: View,
         full_sets: &FullSetCache,
     ) -> Result<(Framed, usize), TooLarge> {
-        let entries = match &built.whole_set {
-            Some(res) => vec![full_sets.get_delta(ty, view, res)],
-            None => built
-                .resources
-                .iter()
-                .flat_map(|r| r.delta_entry())
-                .collect(),
+        let frame = || {
+            let entries = match &built.whole_set {
+                Some(res) => vec![full_sets.get_delta(ty, view, res)],
+                None => built
+                    .resources
+                    .iter()
+                    .flat_map(|r| r.delta_entry())
+                    .collect(),
+            };
+            response::frame_delta(ty, type_url, version, nonce, &built.removed, entries)
         };
-        response::frame_delta(ty, type_url, version, nonce, &built.removed, entries)
+        match &built.shared {
+            // The same bytes for every stream that sends it, its nonce included.
+            Some(shared) => shared.framed(type_url, frame),
+            None => frame(),
+        }
     }
 
     fn change_driven(built: &DeltaBuilt) -> bool {

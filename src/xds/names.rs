@@ -26,7 +26,7 @@ const MAX_SETS: usize = 256;
 const MAX_NAMES: usize = 1_000_000;
 
 /// Sets smaller than this are kept per stream: their nodes cost less than the lookup.
-const MIN_SHARED_LEN: usize = 32;
+pub(crate) const MIN_SHARED_LEN: usize = 32;
 
 /// The table of shared name sets, one per server.
 #[derive(Default)]

@@ -137,6 +137,10 @@ impl Protocol for Sotw {
             .build(snap, view, retain_from, full_sets)
     }
 
+    fn shared_nonce(_built: &SotwBuilt) -> Option<Arc<str>> {
+        None
+    }
+
     fn version(built: &SotwBuilt) -> TypeVersion {
         built.version
     }

@@ -128,6 +128,9 @@ pub(crate) trait Protocol: Default + Send + 'static {
         full_sets: &FullSetCache,
         diffs: &DiffCache,
     ) -> Option<Self::Built>;
+    /// The nonce `built` comes with when other streams send the same response (`diffs.rs`);
+    /// `None`: the stream gives it one of its own.
+    fn shared_nonce(built: &Self::Built) -> Option<Arc<str>>;
     /// The type version `built` answers with (`version_info` / `system_version_info`).
     fn version(built: &Self::Built) -> TypeVersion;
     /// Frames `built` with `nonce` and `version` (its [`Self::version`], spelled out), as
@@ -522,7 +525,7 @@ impl<P: Protocol> Stream<P> {
                 else {
                     continue;
                 };
-                let nonce = self.next_nonce();
+                let nonce = P::shared_nonce(&built).unwrap_or_else(|| self.next_nonce());
                 // Spelled out once, for the response and for client status.
                 let version = record::version_text(ty, P::version(&built));
                 let full_sets = &self.params.full_sets;

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use imbl::OrdSet;
 
 use super::super::connections::TypeStatus;
-use super::super::diffs::DiffCache;
+use super::super::diffs::{DiffCache, SharedResponse};
+use super::super::names::MIN_SHARED_LEN;
 use super::super::per_type::TypeState;
 use super::super::record::{MAX_ERROR_BYTES, Sent, bounded};
 use super::super::request::Kind;
@@ -81,6 +82,9 @@ pub(crate) struct DeltaBuilt {
     pub whole_set: Option<Arc<TypeResources>>,
     /// The map the client's view came from before this response; `None` for its first response.
     pub previous: Option<Arc<TypeResources>>,
+    /// The response every stream making the same change with the same subscription sends (its
+    /// nonce and bytes; `diffs.rs`); `None` when this one is the stream's own.
+    pub shared: Option<Arc<SharedResponse>>,
 }
 
 impl DeltaBuilt {
@@ -237,6 +241,7 @@ impl DeltaState {
         !held.entries.ptr_eq(&res.entries)
             && diffs
                 .between(held, &res)
+                .changes
                 .iter()
                 .any(|c| self.sub.covers(&c.name))
     }
@@ -285,6 +290,12 @@ impl DeltaState {
         }
         let owed = std::mem::take(&mut self.owed);
         let res = snap.resources_for(self.ty, view);
+        if owed.is_empty() && !defer_removals {
+            if let Some(held) = self.view.replace(Arc::clone(&res)) {
+                return self.shared(held, res, diffs);
+            }
+            self.view = None;
+        }
         let mut out = Picked::default();
         let mut change_driven = false;
         if let Some(held) = &owed.initial_versions {
@@ -319,6 +330,60 @@ impl DeltaState {
             removed,
             change_driven,
             previous,
+            shared: None,
+        })
+    }
+
+    /// A response for nothing but the change from `held` to `res`: for a subscription other
+    /// streams share (`names.rs`), or a wildcard one, the one response they all send.
+    fn shared(
+        &self,
+        held: Arc<TypeResources>,
+        res: Arc<TypeResources>,
+        diffs: &DiffCache,
+    ) -> Option<DeltaBuilt> {
+        if held.entries.ptr_eq(&res.entries) {
+            // The type did not change (every other type's push).
+            return None;
+        }
+        let transition = diffs.between(&held, &res);
+        let pick = || {
+            let mut out = Picked::default();
+            for change in transition.changes.iter() {
+                if !self.sub.covers(&change.name) {
+                    continue;
+                }
+                match &change.now {
+                    Some(resource) => out.send.push(Arc::clone(resource)),
+                    None => out.removed.push(Arc::clone(&change.name)),
+                }
+            }
+            out.finish()
+        };
+        let names = (!self.sub.wildcard).then_some(&self.sub.names);
+        let (resources, removed, shared) = if names.is_none_or(|n| n.len() >= MIN_SHARED_LEN) {
+            let shared = transition.response(names, pick);
+            (
+                shared.resources.clone(),
+                shared.removed.clone(),
+                Some(shared),
+            )
+        } else {
+            let (resources, removed) = pick();
+            (resources, removed, None)
+        };
+        if resources.is_empty() && removed.is_empty() {
+            return None;
+        }
+        let whole = removed.is_empty() && resources.len() == res.len();
+        Some(DeltaBuilt {
+            version: res.version,
+            whole_set: whole.then(|| Arc::clone(&res)),
+            resources,
+            removed,
+            change_driven: true,
+            previous: Some(held),
+            shared,
         })
     }
 
@@ -337,7 +402,7 @@ impl DeltaState {
             // The type did not change (every other type's push): nothing to walk.
             return;
         }
-        for change in diffs.between(view, res).iter() {
+        for change in diffs.between(view, res).changes.iter() {
             if !self.sub.covers(&change.name) {
                 continue;
             }

@@ -6,6 +6,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 
 use super::*;
 use crate::snapshot::{BuildInput, SnapshotBuilder};
+use crate::xds::names::SharedNames;
 
 fn cluster(name: &str, tag: &str) -> EncodedResource {
     let c = Cluster {
@@ -483,4 +484,62 @@ fn a_first_response_answers_names_walked_with_the_map_or_looked_up() {
         assert_eq!(sent, expected);
         assert_eq!(removed, strings(&["a", "zz"]));
     }
+}
+
+#[test]
+fn streams_with_a_shared_subscription_send_one_response_per_change() {
+    // A change reaches every stream holding the same (shared) subscription as one response, one
+    // nonce (`diffs.rs`); a small subscription of its own builds its own.
+    let mut b = SnapshotBuilder::new();
+    let all: Vec<String> = (0..MIN_SHARED_LEN + 8)
+        .map(|i| format!("c{i:03}"))
+        .collect();
+    let upserts: Vec<(&str, &str)> = all.iter().map(|n| (n.as_str(), "1")).collect();
+    let s1 = next(&mut b, &upserts, &[]);
+    let names: Vec<&str> = all.iter().map(String::as_str).collect();
+    let shared = SharedNames::default();
+    let diffs = DiffCache::default();
+    let mut streams: Vec<DeltaState> = (0..3).map(|_| cds()).collect();
+    for st in &mut streams {
+        let sub = strings(&names);
+        st.on_request(&Request {
+            subscribe: &sub,
+            known: Known {
+                resources: None,
+                sets: Some(&shared),
+            },
+            ..Default::default()
+        });
+        shared.share(&mut st.sub_mut().names);
+        let first = st.build(&s1, View::Envoy, false, &diffs).expect("first");
+        assert!(
+            first.shared.is_none(),
+            "a first response is the stream's own"
+        );
+    }
+    let mut small = cds();
+    request(&mut small, "", &["c000"], &[]);
+    small.build(&s1, View::Envoy, false, &diffs).expect("first");
+
+    let s2 = next(&mut b, &[("c000", "2")], &[]);
+    let built: Vec<DeltaBuilt> = streams
+        .iter_mut()
+        .map(|st| {
+            st.build(&s2, View::Envoy, false, &diffs)
+                .expect("the change")
+        })
+        .collect();
+    let first = built[0].shared.as_ref().expect("shared");
+    for other in &built[1..] {
+        assert!(Arc::ptr_eq(first, other.shared.as_ref().unwrap()));
+    }
+    assert_eq!(built[0].resources.len(), 1);
+    assert!(built[0].change_driven);
+    let own = small
+        .build(&s2, View::Envoy, false, &diffs)
+        .expect("the change");
+    assert!(own.shared.is_none());
+    assert_eq!(own.resources.len(), 1);
+    // Nothing more once up to date.
+    assert!(streams[0].build(&s2, View::Envoy, false, &diffs).is_none());
 }
