@@ -15,11 +15,11 @@
 //! (`warming.rs`).
 //!
 //! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
-//! never queued behind pushes, SOTW-36); admin push requests; the end of the warming gate's wait.
-//! After each it wakes the body if a response is owed. The body wakes on new snapshots itself. The
-//! drain signal, admin push requests and the snapshot watch are polled only after they woke their
-//! task (`own_waker.rs`). Responses are built only when h2 asks for one, from the newest snapshot
-//! (latest wins, TRANS-1), after every request applied before it (INV-5, SOTW-35).
+//! never queued behind pushes, SOTW-36); admin push requests. After each it wakes the body if a
+//! response is owed. The body wakes itself on new snapshots and when the warming gate's wait runs
+//! out. The drain signal, admin push requests and the snapshot watch are polled only after they
+//! woke their task (`own_waker.rs`). Responses are built only when h2 asks for one, from the
+//! newest snapshot (latest wins, TRANS-1), after every request applied before it (INV-5, SOTW-35).
 
 use std::future::poll_fn;
 use std::net::SocketAddr;
@@ -190,6 +190,8 @@ pub(crate) struct Stream<P: Protocol> {
     unknown: UnknownTypes,
     /// Listeners and routes wait for the EDS of clusters CDS added (ADS only, `warming.rs`).
     gate: WarmGate,
+    /// Wakes the body when the gate's wait runs out; set only while the gate holds.
+    gate_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The `type_url` each type is answered with: the one the client last asked it with (an MCP
     /// collection has one per API version, `crate::mcp::type_urls`).
     urls: [&'static str; ResourceType::COUNT],
@@ -252,6 +254,7 @@ pub(crate) async fn run<P: Protocol>(
         nonces: 0,
         unknown: UnknownTypes::default(),
         gate: WarmGate::default(),
+        gate_timer: None,
         urls: ResourceType::ALL.map(ResourceType::type_url),
         empty: EmptyAnswers::default(),
         metrics: metrics::PushMetrics::default(),
@@ -307,7 +310,7 @@ async fn first_request<R: FromFrame>(
 
 /// The stream task: applies requests until the stream ends; returns the status to end it with
 /// (`None`: the client closed it). The body pulls the responses (`body.rs`); this task wakes it
-/// when a request, an admin push or the warming gate's end makes one owed.
+/// when a request or an admin push makes one owed.
 async fn serve<P: Protocol>(
     stream: &parking_lot::Mutex<Stream<P>>,
     mut requests: Requests<P::Request>,
@@ -327,14 +330,6 @@ async fn serve<P: Protocol>(
     const FORCED: usize = 1;
     let branches = OwnWakers::<2>::new();
     loop {
-        let deadline = stream.lock().gate.deadline();
-        // Built lazily: no timer is registered unless the gate holds.
-        let gate_expiry = async move {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d.into()).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             biased;
             () = poll_fn(|cx| {
@@ -360,11 +355,6 @@ async fn serve<P: Protocol>(
                 branches.arm(FORCED);
                 let mut stream = stream.lock();
                 stream.proto.force_all();
-                stream.wake_body_if_owed();
-            }
-            () = gate_expiry => {
-                let mut stream = stream.lock();
-                stream.expire_gate();
                 stream.wake_body_if_owed();
             }
         }
@@ -395,6 +385,9 @@ impl<P: Protocol> Source for Stream<P> {
                 && let Some(framed) = self.push_one()
             {
                 return Poll::Ready(Ok(framed));
+            }
+            if self.gate_ran_out(cx) {
+                continue;
             }
             // The body registers only to wait (a body about to be polled again needs no wake-up).
             // The task wakes it only under this lock, so nothing it owes is missed; a snapshot
@@ -460,6 +453,28 @@ impl<P: Protocol> Stream<P> {
     /// the gate is on).
     fn held(&self, ty: ResourceType) -> bool {
         self.gate.deadline().is_some() && self.gate.holds(ty, Instant::now())
+    }
+
+    /// Whether the warming gate's wait ran out (it is then ended); otherwise the body is woken
+    /// when it does. The body keeps the timer: it is the one that sends what the gate held.
+    fn gate_ran_out(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.gate.deadline() else {
+            self.gate_timer = None;
+            return false;
+        };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let timer = self
+            .gate_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() != deadline {
+            timer.as_mut().reset(deadline);
+        }
+        if timer.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        self.gate_timer = None;
+        self.expire_gate();
+        true
     }
 
     /// The warming gate ran out: listeners and routes go without the EDS they waited for.

@@ -326,6 +326,40 @@ async fn routes_held_for_eds_go_out_when_the_wait_runs_out() {
     assert!(routed(&rds.resources[0]).contains(&v2));
 }
 
+/// The same with a client that does not even acknowledge the CDS response: no request reaches
+/// the server after the push, and the route still goes out when the wait runs out.
+#[tokio::test]
+async fn routes_held_for_eds_go_out_without_any_further_request() {
+    const WAIT: Duration = Duration::from_secs(1);
+    let (s, mut mesh) = serve_reviews(XdsOptions {
+        eds_warm_wait: WAIT,
+        ..XdsOptions::default()
+    })
+    .await;
+    let mut c = s.delta_ads("silent").await;
+    let default = format!("outbound|9080||{HOST}");
+    c.subscribe(CDS, &[]).await;
+    let cds = c.expect(CDS, &[&default], &[]).await;
+    c.ack(&cds).await;
+    c.subscribe(EDS, &[&default]).await;
+    let eds = c.expect(EDS, &[&default], &[]).await;
+    c.ack(&eds).await;
+    c.subscribe(RDS, &["9080"]).await;
+    let rds = c.expect(RDS, &["9080"], &[]).await;
+    c.ack(&rds).await;
+
+    let pushed = Instant::now();
+    s.store
+        .publish(mesh.set_rules(rules(DR, SPLIT), Instant::now()).unwrap());
+    let cds = c.expect_response().await;
+    assert_eq!(cds.type_url, CDS.type_url());
+    let rds = c.expect_response_within(WAIT + RESPONSE_TIMEOUT).await;
+    assert_eq!(rds.type_url, RDS.type_url());
+    assert!(pushed.elapsed() >= WAIT, "held until the wait ran out");
+    let v2 = format!("outbound|9080|v2|{HOST}");
+    assert!(routed(rds.resources[0].resource.as_ref().unwrap()).contains(&v2));
+}
+
 /// `reviews` with v1 in us-east/zone-a and v2 in us-west/zone-b.
 fn reviews_in_two_zones() -> (Hostname, Option<Arc<MergedService>>) {
     let (host, svc) = reviews();
