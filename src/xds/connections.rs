@@ -128,26 +128,50 @@ pub(crate) trait StatusSource: Send {
 type WeakSource = Weak<parking_lot::Mutex<dyn StatusSource>>;
 
 struct Entry {
-    /// `types` stays at its default: [`Connections::list`] reads it from `source`.
-    info: Mutex<ConnectionInfo>,
+    about: About,
     /// Set once the stream applied its first request.
     source: Mutex<Option<WeakSource>>,
     /// Wakes the stream to send everything it is subscribed to again.
     force_push: Arc<Notify>,
 }
 
+/// What [`ConnectionInfo`] says of a connection besides its types, fixed when it registers.
+struct About {
+    id: Arc<str>,
+    node_id: Arc<str>,
+    cluster: Arc<str>,
+    metadata: Option<Arc<Struct>>,
+    listener_address: Option<IpAddr>,
+    view: View,
+    peer: Option<SocketAddr>,
+    connected_at: SystemTime,
+    delta: bool,
+}
+
 impl Entry {
     /// A copy of the connection's state, each type's read from its stream.
     fn info(&self) -> ConnectionInfo {
-        let mut info = lock(&self.info).clone();
+        let a = &self.about;
         let source = lock(&self.source).as_ref().and_then(Weak::upgrade);
-        if let Some(source) = source {
-            let source = source.lock();
-            for (ty, status) in &mut info.types {
-                *status = source.status(*ty);
+        let types = match source {
+            Some(source) => {
+                let source = source.lock();
+                ResourceType::ALL.map(|t| (t, source.status(t)))
             }
+            None => ResourceType::ALL.map(|t| (t, TypeStatus::default())),
+        };
+        ConnectionInfo {
+            id: Arc::clone(&a.id),
+            node_id: Arc::clone(&a.node_id),
+            cluster: Arc::clone(&a.cluster),
+            metadata: a.metadata.clone(),
+            listener_address: a.listener_address,
+            view: a.view,
+            peer: a.peer,
+            connected_at: a.connected_at,
+            delta: a.delta,
+            types,
         }
-        info
     }
 }
 
@@ -213,7 +237,7 @@ impl Connections {
         let id: Arc<str> = Arc::from(format!("{}-{n}", node.id));
         let force_push = Arc::new(Notify::new());
         let entry = Arc::new(Entry {
-            info: Mutex::new(ConnectionInfo {
+            about: About {
                 id: Arc::clone(&id),
                 node_id: Arc::clone(&node.id),
                 cluster: Arc::clone(&node.cluster),
@@ -223,8 +247,7 @@ impl Connections {
                 peer,
                 connected_at: SystemTime::now(),
                 delta,
-                types: ResourceType::ALL.map(|t| (t, TypeStatus::default())),
-            }),
+            },
             source: Mutex::new(None),
             force_push: Arc::clone(&force_push),
         });
