@@ -371,16 +371,25 @@ mod tests {
         s.names.iter().map(|n| &**n).collect()
     }
 
+    /// A hundred cluster names, listed in reverse.
+    fn hundred_names() -> Vec<String> {
+        (0..100).rev().map(|i| format!("c{i:03}")).collect()
+    }
+
+    /// Names are taken from `sets` only.
+    fn shared_only(sets: &SharedNames) -> Known<'_> {
+        Known {
+            resources: None,
+            sets: Some(sets),
+        }
+    }
+
     #[test]
     fn a_first_list_another_stream_holds_takes_its_set() {
         // The storm's case: thousands of proxies name the same 2,000 clusters.
         let sets = SharedNames::default();
-        let listed: Vec<String> = (0..100).rev().map(|i| format!("c{i:03}")).collect();
+        let (listed, known) = (hundred_names(), shared_only(&sets));
         let ty = ResourceType::Endpoint;
-        let known = Known {
-            resources: None,
-            sets: Some(&sets),
-        };
         let mut first = Subscription::default();
         first.apply_sotw_known(ty, &listed[..], known);
         sets.share(&mut first.names);
@@ -543,12 +552,8 @@ mod tests {
     fn a_first_delta_subscribe_another_stream_holds_takes_its_set() {
         // The delta storm's case: every proxy subscribes to the same clusters' EDS.
         let sets = SharedNames::default();
-        let listed: Vec<String> = (0..100).rev().map(|i| format!("c{i:03}")).collect();
+        let (listed, known) = (hundred_names(), shared_only(&sets));
         let ty = ResourceType::Endpoint;
-        let known = Known {
-            resources: None,
-            sets: Some(&sets),
-        };
         let mut first = Subscription::default();
         first.apply_delta_known(ty, true, &listed, &[], known);
         sets.share(&mut first.names);
