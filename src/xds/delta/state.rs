@@ -20,7 +20,7 @@ use std::sync::Arc;
 use imbl::OrdSet;
 
 use super::super::connections::TypeStatus;
-use super::super::diffs::{DiffCache, SharedResponse};
+use super::super::diffs::{Change, DiffCache, SharedResponse};
 use super::super::names::MIN_SHARED_LEN;
 use super::super::per_type::TypeState;
 use super::super::record::{MAX_ERROR_BYTES, Sent, bounded};
@@ -349,15 +349,7 @@ impl DeltaState {
         let transition = diffs.between(&held, &res);
         let pick = || {
             let mut out = Picked::default();
-            for change in transition.changes.iter() {
-                if !self.sub.covers(&change.name) {
-                    continue;
-                }
-                match &change.now {
-                    Some(resource) => out.send.push(Arc::clone(resource)),
-                    None => out.removed.push(Arc::clone(&change.name)),
-                }
-            }
+            out.changes(&transition.changes, &self.sub, None);
             out.finish()
         };
         let names = (!self.sub.wildcard).then_some(&self.sub.names);
@@ -402,17 +394,8 @@ impl DeltaState {
             // The type did not change (every other type's push): nothing to walk.
             return;
         }
-        for change in diffs.between(view, res).changes.iter() {
-            if !self.sub.covers(&change.name) {
-                continue;
-            }
-            let name = Arc::clone(&change.name);
-            match &change.now {
-                Some(resource) => out.send.push(Arc::clone(resource)),
-                None if defer_removals => self.deferred_removals.push(name),
-                None => out.removed.push(name),
-            }
-        }
+        let deferred = defer_removals.then_some(&mut self.deferred_removals);
+        out.changes(&diffs.between(view, res).changes, &self.sub, deferred);
     }
 
     /// DELTA-11/12: the first response to a reconnecting client that already holds `held`: what
@@ -474,6 +457,23 @@ struct Picked {
 impl Picked {
     fn is_empty(&self) -> bool {
         self.send.is_empty() && self.removed.is_empty()
+    }
+
+    /// The `changes` `sub` covers (DELTA-8, DELTA-9); removals go to `deferred` instead when
+    /// given (make-before-break, SOTW-31).
+    fn changes(
+        &mut self,
+        changes: &[Change],
+        sub: &Subscription,
+        mut deferred: Option<&mut Vec<Arc<str>>>,
+    ) {
+        for change in changes.iter().filter(|c| sub.covers(&c.name)) {
+            match (&change.now, deferred.as_deref_mut()) {
+                (Some(resource), _) => self.send.push(Arc::clone(resource)),
+                (None, Some(deferred)) => deferred.push(Arc::clone(&change.name)),
+                (None, None) => self.removed.push(Arc::clone(&change.name)),
+            }
+        }
     }
 
     /// `name` as it is in `res`: sent if there, removed if not.
