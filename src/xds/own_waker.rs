@@ -1,9 +1,9 @@
 //! `select!` branches that are polled only when their own future woke the task.
 //!
-//! `tokio::select!` polls every pending branch each time the task wakes. A stream task wakes for
-//! every request and every push, and its rarely ready branches (the drain token, the snapshot
-//! watch, admin push requests) each took a lock or two to re-register on every poll: ~5 % of the
-//! server's CPU in an endpoint change at 5,000 delta proxies. A branch polled through [`OwnWakers`]
+//! `tokio::select!` polls every pending branch each time the task wakes. A stream's task wakes for
+//! every request and its body for every push, and their rarely ready branches (the drain token,
+//! admin push requests, the snapshot watch) each took a lock or two to re-register on every poll:
+//! ~5 % of the server's CPU in an endpoint change at 5,000 delta proxies. A branch polled through [`OwnWakers`]
 //! hands its future a waker of its own: when the future wakes it, the wake-up is recorded and
 //! passed on to the task, and only then does the branch poll the future again. Otherwise the branch
 //! answers `Pending` after reading one atomic word; the task registers its waker once per poll for

@@ -2,7 +2,7 @@
 //! bookkeeping, and what the next response carries.
 //!
 //! One cohesive state machine, deliberately in one file, and pure (no I/O) so every DELTA rule is
-//! unit-tested. The stream task owns one per type.
+//! unit-tested. The stream owns one per type.
 //!
 //! What the client holds is tracked without copying it: `view` is the [`TypeResources`] map the
 //! last response was built from. For every name the subscription covered then and still covers,
