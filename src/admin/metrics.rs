@@ -15,12 +15,6 @@ use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-/// istiod's buckets for push/debounce timings, in seconds (`pilot/pkg/xds/monitoring.go`).
-const TIME_BUCKETS: &[f64] = &[0.01, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
-/// istiod's buckets for `pilot_proxy_convergence_time`.
-const CONVERGENCE_BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
-/// istiod's buckets for `pilot_xds_config_size_bytes`.
-const SIZE_BUCKETS: &[f64] = &[1.0, 1e4, 1e6, 4e6, 1e7, 4e7];
 /// Snapshot builds are much faster than pushes; finer buckets make them readable.
 const BUILD_BUCKETS: &[f64] = &[0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
 /// The `component` label of `istio_build`, as istiod's: the dashboard filters on it.
@@ -63,10 +57,8 @@ fn buckets(b: PrometheusBuilder) -> PrometheusBuilder {
         b.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets)
             .expect("bucket lists are constant and non-empty")
     };
-    let b = set(b, "pilot_debounce_time", TIME_BUCKETS);
-    let b = set(b, "pilot_xds_push_time", TIME_BUCKETS);
-    let b = set(b, "pilot_proxy_convergence_time", CONVERGENCE_BUCKETS);
-    let b = set(b, "pilot_xds_config_size_bytes", SIZE_BUCKETS);
+    // istiod times debounces in the buckets of its push timings.
+    let b = set(b, "pilot_debounce_time", &crate::xds::metrics::TIME_BUCKETS);
     set(b, "tributary_snapshot_build_seconds", BUILD_BUCKETS)
 }
 
@@ -76,7 +68,10 @@ pub fn render() -> String {
     super::process::sample();
     super::tasks::sample();
     h.run_upkeep();
-    h.render()
+    let mut text = h.render();
+    // The families every push records, counted per thread (`xds/metrics/pushes.rs`).
+    crate::xds::metrics::render(&mut text);
+    text
 }
 
 #[cfg(test)]

@@ -15,58 +15,16 @@
 //! | `pilot_total_xds_internal_errors` | counter | `type` | a response or debug view tributary failed to produce |
 //! | `pilot_xds_push_time` | histogram (s) | `type` | a response's build-and-hand-over time on a stream |
 //! | `pilot_xds_invalid_requests` | counter | `reason` | tributary's own: requests refused or ignored (unknown type URL, missing node, …) |
+//!
+//! The four families recorded on every push (`pilot_xds_pushes`, `pilot_xds_config_size_bytes`,
+//! `pilot_xds_push_time`, `pilot_proxy_convergence_time`) are counted per thread and rendered at
+//! scrape time by `pushes.rs`; the others go through the `metrics` recorder.
 
-use std::time::Duration;
+mod pushes;
 
-use metrics::{Counter, Histogram, Key, Label, Level, Metadata};
+pub(crate) use pushes::{TIME_BUCKETS, converged, pushed, render};
 
 use crate::envoy::ResourceType;
-
-/// The `type` label of each resource type, in [`ResourceType::ALL`] order.
-static TYPE_LABELS: [[Label; 1]; ResourceType::COUNT] = {
-    const fn label(i: usize) -> [Label; 1] {
-        [Label::from_static_parts(
-            "type",
-            ResourceType::ALL[i].short(),
-        )]
-    }
-    [
-        label(0),
-        label(1),
-        label(2),
-        label(3),
-        label(4),
-        label(5),
-        label(6),
-        label(7),
-        label(8),
-    ]
-};
-
-/// `name` labelled with each resource type, in [`ResourceType::ALL`] order. The metrics every push
-/// records use these static keys: `counter!(name, "type" => ty.short())` builds (and allocates) a
-/// key on each call, which was ~2 % of the server's CPU in an endpoint change.
-macro_rules! per_type {
-    ($name:literal) => {
-        [
-            Key::from_static_parts($name, &TYPE_LABELS[0]),
-            Key::from_static_parts($name, &TYPE_LABELS[1]),
-            Key::from_static_parts($name, &TYPE_LABELS[2]),
-            Key::from_static_parts($name, &TYPE_LABELS[3]),
-            Key::from_static_parts($name, &TYPE_LABELS[4]),
-            Key::from_static_parts($name, &TYPE_LABELS[5]),
-            Key::from_static_parts($name, &TYPE_LABELS[6]),
-            Key::from_static_parts($name, &TYPE_LABELS[7]),
-            Key::from_static_parts($name, &TYPE_LABELS[8]),
-        ]
-    };
-}
-
-static PUSHES: [Key; ResourceType::COUNT] = per_type!("pilot_xds_pushes");
-static CONFIG_SIZE: [Key; ResourceType::COUNT] = per_type!("pilot_xds_config_size_bytes");
-static PUSH_TIME: [Key; ResourceType::COUNT] = per_type!("pilot_xds_push_time");
-static METADATA: Metadata<'static> =
-    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
 /// Why a request was refused or ignored; the `reason` label of `pilot_xds_invalid_requests`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,10 +69,6 @@ pub(crate) fn describe() {
         "Number of endpoints connected to this pilot using XDS."
     );
     metrics::describe_counter!(
-        "pilot_xds_pushes",
-        "Pilot build and send errors for lds, rds, cds and eds."
-    );
-    metrics::describe_counter!(
         "pilot_total_xds_rejects",
         "Total number of XDS responses from pilot rejected by proxy."
     );
@@ -122,24 +76,9 @@ pub(crate) fn describe() {
         "pilot_xds_expired_nonce",
         "Total number of XDS requests with an expired nonce."
     );
-    metrics::describe_histogram!(
-        "pilot_proxy_convergence_time",
-        metrics::Unit::Seconds,
-        "Delay in seconds between config change and a proxy receiving all required configuration."
-    );
-    metrics::describe_histogram!(
-        "pilot_xds_config_size_bytes",
-        metrics::Unit::Bytes,
-        "Distribution of configuration sizes pushed to clients"
-    );
     metrics::describe_counter!(
         "pilot_total_xds_internal_errors",
         "Total number of internal XDS errors in pilot."
-    );
-    metrics::describe_histogram!(
-        "pilot_xds_push_time",
-        metrics::Unit::Seconds,
-        "Total time in seconds Pilot takes to push lds, rds, cds and eds."
     );
     metrics::describe_counter!(
         "pilot_xds_invalid_requests",
@@ -180,58 +119,4 @@ pub(crate) fn invalid(reason: InvalidReason) {
 /// short name). istiod counts these as `pilot_total_xds_internal_errors`.
 pub(crate) fn internal_error(what: &'static str) {
     metrics::counter!("pilot_total_xds_internal_errors", "type" => what).increment(1);
-}
-
-/// The metrics one stream records on every push, with their handles looked up once per stream and
-/// type: each lookup hashed the key and read the recorder's registry, which every stream shares
-/// (~3 % of the server's CPU in an endpoint change).
-#[derive(Default)]
-pub(crate) struct PushMetrics {
-    types: [Option<TypeHandles>; ResourceType::COUNT],
-    convergence: Option<Histogram>,
-}
-
-struct TypeHandles {
-    pushes: Counter,
-    size: Histogram,
-    time: Histogram,
-}
-
-impl PushMetrics {
-    /// A response of `ty`, `bytes` long, was handed to the stream `took` after its build started.
-    pub(crate) fn pushed(&mut self, ty: ResourceType, bytes: usize, took: Duration) {
-        let i = ty.index();
-        let h = self.types[i].get_or_insert_with(|| {
-            metrics::with_recorder(|r| TypeHandles {
-                pushes: r.register_counter(&PUSHES[i], &METADATA),
-                size: r.register_histogram(&CONFIG_SIZE[i], &METADATA),
-                time: r.register_histogram(&PUSH_TIME[i], &METADATA),
-            })
-        });
-        h.pushes.increment(1);
-        h.size.record(bytes as f64);
-        h.time.record(took.as_secs_f64());
-    }
-
-    /// A push for a snapshot reached the stream `elapsed` after its trigger.
-    pub(crate) fn converged(&mut self, elapsed: Duration) {
-        self.convergence
-            .get_or_insert_with(|| metrics::histogram!("pilot_proxy_convergence_time"))
-            .record(elapsed.as_secs_f64());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn static_keys_carry_each_types_label() {
-        for ty in ResourceType::ALL {
-            let key = &PUSHES[ty.index()];
-            assert_eq!(key.name(), "pilot_xds_pushes");
-            let labels: Vec<_> = key.labels().map(|l| (l.key(), l.value())).collect();
-            assert_eq!(labels, [("type", ty.short())]);
-        }
-    }
 }

@@ -197,7 +197,6 @@ pub(crate) struct Stream<P: Protocol> {
     urls: [&'static str; ResourceType::COUNT],
     /// Collections the client asked for that tributary does not serve, owed an empty answer.
     empty: EmptyAnswers,
-    metrics: metrics::PushMetrics,
 }
 
 /// The body's one branch: the snapshot watch.
@@ -257,7 +256,6 @@ pub(crate) async fn run<P: Protocol>(
         gate_timer: None,
         urls: ResourceType::ALL.map(ResourceType::type_url),
         empty: EmptyAnswers::default(),
-        metrics: metrics::PushMetrics::default(),
     }));
     let applied = stream.lock().on_request(first);
     let status = match applied {
@@ -572,7 +570,7 @@ impl<P: Protocol> Stream<P> {
                     self.gate.answered(P::carried(&built));
                 }
                 self.proto.sent(ty, nonce, version, built);
-                self.metrics.pushed(ty, len, started.elapsed());
+                metrics::pushed(ty, len, started.elapsed());
                 if change_driven {
                     self.unconverged.get_or_insert(snap.triggered_at);
                 }
@@ -599,7 +597,7 @@ impl<P: Protocol> Stream<P> {
     fn end_cycle(&mut self) {
         self.cycle = None;
         if let Some(t) = self.unconverged.take() {
-            self.metrics.converged(t.elapsed());
+            metrics::converged(t.elapsed());
         }
         self.proto.end_cycle();
     }

@@ -16,7 +16,7 @@ use tonic::Code;
 use tributary::xds::SyncStatus;
 
 use crate::support::delta::*;
-use crate::support::recorder::counter;
+use crate::support::recorder::{counter, rendered};
 use crate::support::resources::*;
 use crate::support::*;
 
@@ -502,11 +502,12 @@ async fn delta_21_sotw_and_delta_deliver_the_same_bytes() {
 async fn delta_streams_count_in_metrics_and_sync_status() {
     // Metrics and /debug/syncz cover delta streams as they cover SotW ones.
     let s = TestServer::start(vec![cluster("a", "1")]).await;
-    let pushes = counter("pilot_xds_pushes{type=cds}");
+    let cds = "pilot_xds_pushes{type=\"cds\"}";
+    let pushes = rendered(cds);
     let mut c = s.delta_ads("metrics").await;
     c.subscribe(CDS, &[]).await;
     let r = c.expect(CDS, &["a"], &[]).await;
-    assert!(counter("pilot_xds_pushes{type=cds}") > pushes);
+    assert!(rendered(cds) > pushes);
     s.wait_status("metrics", CDS, |t| t.status() == SyncStatus::Stale)
         .await;
     c.ack(&r).await;

@@ -16,7 +16,7 @@ use tonic::Code;
 use tributary::xds::{SyncStatus, XdsOptions};
 
 use crate::support;
-use crate::support::recorder::{counter, histogram_count};
+use crate::support::recorder::{counter, rendered};
 use crate::support::resources::*;
 use crate::support::*;
 
@@ -1372,13 +1372,17 @@ async fn garbage_metadata_is_refused_clearly_and_others_are_served() {
 
 // ---------------------------------------------------------------- metrics and admin
 
+const PUSHES_CDS: &str = "pilot_xds_pushes{type=\"cds\"}";
+const SIZES_CDS: &str = "pilot_xds_config_size_bytes_count{type=\"cds\"}";
+const CONVERGED: &str = "pilot_proxy_convergence_time_count";
+
 #[tokio::test]
 async fn metrics_and_forced_push() {
     // docs/ecosystem.md §1.4 names; /debug/adsz?push=true.
     let s = TestServer::start(vec![cluster("a", "1")]).await;
-    let pushes = counter("pilot_xds_pushes{type=cds}");
-    let converged = histogram_count("pilot_proxy_convergence_time{}");
-    let sizes = histogram_count("pilot_xds_config_size_bytes{type=cds}");
+    let pushes = rendered(PUSHES_CDS);
+    let converged = rendered(CONVERGED);
+    let sizes = rendered(SIZES_CDS);
     let mut c = s.ads("n").await;
     c.subscribe(CDS, &[]).await;
     let r = c.expect_response().await;
@@ -1386,9 +1390,9 @@ async fn metrics_and_forced_push() {
     s.publish(vec![cluster("a", "2")], vec![]);
     let r = c.expect_response().await;
     c.ack(&r, &[]).await;
-    assert!(counter("pilot_xds_pushes{type=cds}") >= pushes + 2);
-    assert!(histogram_count("pilot_xds_config_size_bytes{type=cds}") >= sizes + 2);
-    assert!(histogram_count("pilot_proxy_convergence_time{}") > converged);
+    assert!(rendered(PUSHES_CDS) >= pushes + 2.0);
+    assert!(rendered(SIZES_CDS) >= sizes + 2.0);
+    assert!(rendered(CONVERGED) > converged);
     assert!(support::recorder::gauge("pilot_xds{}") >= 1.0);
     c.expect_no_response().await;
     assert_eq!(s.xds.connections().push_all(), 1);
