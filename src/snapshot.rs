@@ -2,7 +2,7 @@
 //!
 //! A [`Snapshot`] holds every Envoy resource, encoded once ([`EncodedResource`]), in persistent maps
 //! so that building the next one from the previous one costs only what changed. It is published
-//! through a [`SnapshotStore`] (`arc-swap` plus a `watch` to wake streams): readers never lock, and a
+//! through a [`SnapshotStore`] (`arc-swap` plus a bell that wakes streams): readers never lock, and a
 //! slow reader simply loads the newest snapshot when it gets round to it (latest wins).
 //!
 //! Each snapshot also remembers what changed in the last [`HISTORY_LEN`] builds, so a stream that
@@ -24,7 +24,7 @@ pub use history::{ChangeSet, Changes, HISTORY_LEN};
 pub use listeners::{L4Index, ListenerInputs, PortIndex};
 pub use locality::{LocalityId, MAX_PROXY_LOCALITIES};
 pub use mesh::{MeshBuilder, run_builder};
-pub use store::SnapshotStore;
+pub use store::{Listener, SnapshotStore};
 pub use version::TypeVersion;
 pub(crate) use vhds::names_of as virtual_host_names_of;
 

@@ -7,7 +7,8 @@
 //! hands its future a waker of its own: when the future wakes it, the wake-up is recorded and
 //! passed on to the task, and only then does the branch poll the future again. Otherwise the branch
 //! answers `Pending` after reading one atomic word; the task registers its waker once per poll for
-//! all such branches, with no lock.
+//! all such branches, with no lock. A branch's waker never changes, so a source that keeps wakers
+//! (the snapshot store's listeners) is handed it once ([`OwnWakers::waker`]) and never polled.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -78,6 +79,20 @@ impl<const N: usize> OwnWakers<N> {
     /// must be polled once to register.
     pub(crate) fn arm(&self, i: usize) {
         self.shared.woken.fetch_or(1 << i, Ordering::Release);
+    }
+
+    /// The waker of branch `i`, for a source that keeps it and wakes it whenever it has news
+    /// (the snapshot store's listeners); the branch is then read with [`Self::take`].
+    pub(crate) fn waker(&self, i: usize) -> Waker {
+        self.wakers[i].clone()
+    }
+
+    /// Whether branch `i` was woken since this was last asked (or after [`Self::arm`]); asking
+    /// clears it.
+    pub(crate) fn take(&self, i: usize) -> bool {
+        let bit = 1 << i;
+        self.shared.woken.load(Ordering::Acquire) & bit != 0
+            && self.shared.woken.fetch_and(!bit, Ordering::AcqRel) & bit != 0
     }
 
     /// Whether branch `i`'s future woke the task since the branch last polled it.

@@ -11,7 +11,6 @@ use std::future::{Ready, ready};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tonic::server::NamedService;
@@ -67,8 +66,6 @@ impl Shared {
         if self.drain.is_cancelled() {
             return Status::unavailable("server is shutting down").into_http();
         }
-        // TRANS-14: subscribe before looking at the store, so no publish is missed.
-        let snapshots = self.store.subscribe();
         if !self.store.is_ready() {
             // TRANS-11, BUG-9: never serve before registries have synced.
             return Status::unavailable("server is not ready to serve discovery information")
@@ -103,11 +100,11 @@ impl Shared {
         let body_in = req.into_body();
         let task = if delta {
             let requests = Requests::new(body_in, limit);
-            let task = stream_task::<Delta>(params, requests, writer, snapshots, prune);
+            let task = stream_task::<Delta>(params, requests, writer, prune);
             tokio::spawn(task)
         } else {
             let requests = Requests::new(body_in, limit);
-            let task = stream_task::<Sotw>(params, requests, writer, snapshots, prune);
+            let task = stream_task::<Sotw>(params, requests, writer, prune);
             tokio::spawn(task)
         };
         body.own_task(task);
@@ -126,11 +123,10 @@ async fn stream_task<P: Protocol>(
     params: Params,
     requests: Requests<P::Request>,
     writer: BodyWriter,
-    snapshots: watch::Receiver<u64>,
     prune: PruneOnDrop,
 ) {
     let _prune = prune;
-    stream::run::<P>(params, requests, writer, snapshots).await;
+    stream::run::<P>(params, requests, writer).await;
 }
 
 /// Prunes the whole-type cache when a stream ends, however it ends: the last stream holding an
@@ -248,11 +244,11 @@ mod tests {
         let limit = 1 << 20;
         let (writer, _body) = body::pair();
         let requests = Requests::<P::Request>::new(tonic::body::Body::empty(), limit);
-        let run = stream::run::<P>(params(&store), requests, writer, store.subscribe());
+        let run = stream::run::<P>(params(&store), requests, writer);
         let (writer, _body) = body::pair();
         let requests = Requests::<P::Request>::new(tonic::body::Body::empty(), limit);
         let prune = PruneOnDrop(Arc::new(FullSetCache::default()));
-        let task = stream_task::<P>(params(&store), requests, writer, store.subscribe(), prune);
+        let task = stream_task::<P>(params(&store), requests, writer, prune);
         let run_size = std::mem::size_of_val(&run);
         let prune = PruneOnDrop(Arc::new(FullSetCache::default()));
         let captured = async move {

@@ -16,9 +16,9 @@
 //!
 //! The task selects, in priority order, over: the drain signal; incoming requests (handled at once,
 //! never queued behind pushes, SOTW-36); admin push requests. After each it wakes the body if a
-//! response is owed. The body wakes itself on new snapshots and when the warming gate's wait runs
-//! out. The drain signal, admin push requests and the snapshot watch are polled only after they
-//! woke their task (`own_waker.rs`). Responses are built only when h2 asks for one, from the
+//! response is owed. The body is woken by the snapshot store on every publish (one registration
+//! per stream) and by the warming gate's timer. The drain signal and admin push requests are
+//! polled only after they woke their task (`own_waker.rs`). Responses are built only when h2 asks for one, from the
 //! newest snapshot (latest wins, TRANS-1), after every request applied before it (INV-5, SOTW-35).
 
 use std::future::poll_fn;
@@ -29,8 +29,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::core::v3::Node;
-use tokio::sync::{Notify, watch};
-use tokio_util::sync::{CancellationToken, ReusableBoxFuture};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use super::body::{BodyWriter, Framed, SharedSource, Source};
@@ -50,7 +50,7 @@ use super::request::{
 use super::response::{TooLarge, frame_empty};
 use super::warming::WarmGate;
 use crate::envoy::ResourceType;
-use crate::snapshot::{Snapshot, SnapshotStore, TypeResources, TypeVersion, View};
+use crate::snapshot::{Listener, Snapshot, SnapshotStore, TypeResources, TypeVersion, View};
 
 /// Everything a stream needs from the server.
 pub(crate) struct Params {
@@ -178,9 +178,9 @@ pub(crate) struct Stream<P: Protocol> {
     proto: P,
     /// The newest snapshot's sequence number this stream has seen.
     latest_seq: u64,
-    /// Resolves with the next snapshot; polled only when it woke the body.
-    changed: ReusableBoxFuture<'static, NextSnapshot>,
-    /// The body's waker, for the snapshot watch and for requests that make a response owed.
+    /// Wakes the body's [`CHANGED`] branch on every publish (registered once, `snapshot/store.rs`).
+    _listener: Listener,
+    /// The body's waker, for new snapshots and for requests that make a response owed.
     body: OwnWakers<1>,
     /// The snapshot the current push walks through (SOTW-31); `None` between pushes.
     cycle: Option<Arc<Snapshot>>,
@@ -199,11 +199,8 @@ pub(crate) struct Stream<P: Protocol> {
     empty: EmptyAnswers,
 }
 
-/// The body's one branch: the snapshot watch.
+/// The body's one branch: a snapshot was published.
 const CHANGED: usize = 0;
-
-/// The next snapshot's sequence number (`None`: the store is gone), and the receiver back.
-type NextSnapshot = (Option<u64>, watch::Receiver<u64>);
 
 /// Runs one stream to its end: waits for the first request, checks its node, registers the
 /// connection and serves it. Aborted (and cleaned up by drop guards) if the body goes away.
@@ -211,7 +208,6 @@ pub(crate) async fn run<P: Protocol>(
     params: Params,
     mut requests: Requests<P::Request>,
     writer: BodyWriter,
-    mut snapshots: watch::Receiver<u64>,
 ) {
     let first = match first_request(&params.drain, &mut requests, &writer).await {
         None => return,
@@ -236,7 +232,10 @@ pub(crate) async fn run<P: Protocol>(
     // endpoint change; each line names the connection instead.
     let api = params.fixed.map_or("ads", ResourceType::short);
     tracing::info!(%conn, node = %node_id, %peer, delta, api, "xDS stream connected");
-    let latest_seq = *snapshots.borrow_and_update();
+    // TRANS-14: listen before reading the newest `seq`, so no publish falls between the two.
+    let body = OwnWakers::new();
+    let listener = params.store.listen(body.waker(CHANGED));
+    let latest_seq = params.store.seq();
     // Made in place and held only behind the `Arc`: a `Stream` held by value in this future (or
     // passed by value to `serve`) would be laid out in the task again (~2.5 KB each, MEM-3).
     let stream = Arc::new(parking_lot::Mutex::new(Stream {
@@ -246,8 +245,8 @@ pub(crate) async fn run<P: Protocol>(
         registration,
         proto: P::default(),
         latest_seq,
-        changed: ReusableBoxFuture::new(next_snapshot(snapshots)),
-        body: OwnWakers::new(),
+        _listener: listener,
+        body,
         cycle: None,
         unconverged: None,
         nonces: 0,
@@ -276,16 +275,6 @@ pub(crate) async fn run<P: Protocol>(
         }
         None => tracing::info!(%conn, node = %node_id, %peer, "xDS stream closed by the client"),
     }
-}
-
-/// Waits for the next snapshot; gives the receiver back with the newest snapshot's sequence number
-/// (`None`: the store is gone).
-async fn next_snapshot(mut snapshots: watch::Receiver<u64>) -> NextSnapshot {
-    let seq = match snapshots.changed().await {
-        Ok(()) => Some(*snapshots.borrow_and_update()),
-        Err(_) => None,
-    };
-    (seq, snapshots)
 }
 
 /// Waits for the first request. `None`: the body went away; `Err`: end the stream with it.
@@ -368,16 +357,8 @@ impl<P: Protocol> StatusSource for Stream<P> {
 impl<P: Protocol> Source for Stream<P> {
     fn poll_response(&mut self, cx: &mut Context<'_>) -> Poll<Result<Framed, Status>> {
         loop {
-            // Polled until it waits again: a new wait registers on its first poll.
-            while let Poll::Ready((seq, snapshots)) =
-                self.body.poll(CHANGED, Pin::new(&mut self.changed))
-            {
-                let Some(seq) = seq else {
-                    return Poll::Ready(Err(Status::unavailable("server is shutting down")));
-                };
-                self.latest_seq = self.latest_seq.max(seq);
-                self.changed.set(next_snapshot(snapshots));
-                self.body.arm(CHANGED);
+            if self.body.take(CHANGED) {
+                self.latest_seq = self.latest_seq.max(self.params.store.seq());
             }
             if self.has_work(self.latest_seq)
                 && let Some(framed) = self.push_one()
