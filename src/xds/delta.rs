@@ -99,7 +99,6 @@ impl Protocol for Delta {
             tracing::info!(conn, r#type = %ty, "ignoring resource_locators (not supported)");
         }
         let state = self.types.entry(ty);
-        let before = state.sub().names.clone();
         let kind = state.on_request(&Request {
             nonce: &req.response_nonce,
             subscribe: &req.resource_names_subscribe,
@@ -111,9 +110,6 @@ impl Protocol for Delta {
                 sets: Some(shared),
             },
         });
-        if !state.sub().names.ptr_eq(&before) {
-            shared.share(&mut state.sub_mut().names);
-        }
         if state.sub().names.len() > MAX_NAMES_PER_REQUEST {
             // SEC-9: delta subscriptions accumulate across requests; cap the total as SotW caps
             // one request, so no client grows the server's memory without bound.

@@ -84,7 +84,6 @@ impl Protocol for Sotw {
         _conn: &str,
     ) -> Result<Kind, Status> {
         let state = self.types.entry(ty);
-        let before = state.sub().names.clone();
         let kind = state.on_request_known(
             &req.response_nonce,
             &req.version_info,
@@ -95,9 +94,6 @@ impl Protocol for Sotw {
                 sets: Some(shared),
             },
         );
-        if !state.sub().names.ptr_eq(&before) {
-            shared.share(&mut state.sub_mut().names);
-        }
         Ok(kind)
     }
 

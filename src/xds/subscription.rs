@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use imbl::OrdSet;
 
-use super::names::SharedNames;
+use super::names::{SharedNames, delta_key};
 use crate::envoy::ResourceType;
 use crate::snapshot::TypeResources;
 
@@ -143,6 +143,14 @@ impl Subscription {
             ty.legacy_wildcard() && !self.explicit_seen
         } else {
             self.explicit_seen = true;
+            if let Some(done) = known.sets.and_then(|s| s.recall(&self.names, list)) {
+                // A stream holding the same shared set sent this very list: its result, taken.
+                change.added = done.added.to_vec();
+                change.removed = done.removed.to_vec();
+                self.names = done.names;
+                return self.set_wildcard(done.wildcard, change);
+            }
+            let before = self.names.clone();
             // Sorted and without repeats (Envoy lists names in no particular order), the list is
             // compared with the sorted subscription in one walk: a 2,000-name list that gained one
             // name costs that walk and one insertion, not a new set; an unchanged list, nothing.
@@ -174,7 +182,13 @@ impl Subscription {
             for name in &change.added {
                 self.names.insert(Arc::clone(name));
             }
-            listed.contains(&WILDCARD)
+            let wildcard = listed.contains(&WILDCARD);
+            if let Some(sets) = known.sets {
+                let names = &mut self.names;
+                let changed = (&change.added[..], &change.removed[..]);
+                sets.share_change(&before, list, names, changed, wildcard);
+            }
+            wildcard
         };
         self.set_wildcard(wildcard, change)
     }
@@ -249,6 +263,7 @@ impl Subscription {
         self.last_list = None;
         let mut change = Change::default();
         let was_wildcard = self.wildcard;
+        let before = self.names.clone();
         if first && subscribe.is_empty() && unsubscribe.is_empty() && ty.legacy_wildcard() {
             self.wildcard = true;
         }
@@ -291,6 +306,18 @@ impl Subscription {
                 change.added.retain(|a| *a != name);
                 if change.added.len() == before {
                     change.removed.push(name);
+                }
+            }
+        }
+        if let Some(sets) = known.sets.filter(|_| !self.names.ptr_eq(&before)) {
+            // Streams holding one shared set make the same change: the first shares the result,
+            // the others take it (`names.rs`).
+            let key = delta_key(subscribe, unsubscribe);
+            match sets.recall(&before, key) {
+                Some(done) => self.names = done.names,
+                None => {
+                    let changed = (&change.added[..], &change.removed[..]);
+                    sets.share_change(&before, key, &mut self.names, changed, false);
                 }
             }
         }
@@ -392,7 +419,6 @@ mod tests {
         let ty = ResourceType::Endpoint;
         let mut first = Subscription::default();
         first.apply_sotw_known(ty, &listed[..], known);
-        sets.share(&mut first.names);
 
         let mut second = Subscription::default();
         let c = second.apply_sotw_known(ty, &listed[..], known);
@@ -414,8 +440,9 @@ mod tests {
         with_wildcard.push(WILDCARD.into());
         let c = wild.apply_sotw_known(ResourceType::Cluster, &with_wildcard[..], known);
         assert!(wild.wildcard && c.wildcard_on);
-        assert!(!wild.names.ptr_eq(&first.names));
-        assert_eq!(wild.names, first.names);
+        assert_eq!(c.added.len(), 100);
+        // The set it built is shared once built, as every changed set is.
+        assert!(wild.names.ptr_eq(&first.names));
     }
 
     #[test]
@@ -556,7 +583,6 @@ mod tests {
         let ty = ResourceType::Endpoint;
         let mut first = Subscription::default();
         first.apply_delta_known(ty, true, &listed, &[], known);
-        sets.share(&mut first.names);
 
         let mut second = Subscription::default();
         let c = second.apply_delta_known(ty, true, &listed, &[], known);
@@ -579,8 +605,52 @@ mod tests {
         with_wildcard.push(WILDCARD.into());
         let c = wild.apply_delta_known(ResourceType::Cluster, true, &with_wildcard, &[], known);
         assert!(wild.wildcard && c.wildcard_on);
-        assert!(!wild.names.ptr_eq(&first.names));
-        assert_eq!(wild.names, first.names);
+        assert_eq!(c.added.len(), 100);
+        // The set it built is shared once built, as every changed set is.
+        assert!(wild.names.ptr_eq(&first.names));
+    }
+
+    #[test]
+    fn streams_holding_one_set_take_the_result_of_the_same_change() {
+        // A new service: every proxy holding the shared set adds the new cluster.
+        let sets = SharedNames::default();
+        let (listed, known) = (hundred_names(), shared_only(&sets));
+        let ty = ResourceType::Endpoint;
+        let mut longer = listed.clone();
+        longer.push("new".into());
+        let mut sotw: Vec<Subscription> = (0..3).map(|_| Subscription::default()).collect();
+        for s in &mut sotw {
+            s.apply_sotw_known(ty, &listed[..], known);
+        }
+        let changes: Vec<Change> = sotw
+            .iter_mut()
+            .map(|s| s.apply_sotw_known(ty, &longer[..], known))
+            .collect();
+        for (s, c) in sotw.iter().zip(&changes) {
+            assert!(s.names.ptr_eq(&sotw[0].names), "one set for all");
+            assert_eq!(c.added, vec![Arc::<str>::from("new")]);
+            assert!(c.removed.is_empty() && !s.wildcard);
+        }
+        assert_eq!(sotw[0].names.len(), 101);
+
+        let mut delta: Vec<Subscription> = (0..3).map(|_| Subscription::default()).collect();
+        for s in &mut delta {
+            s.apply_delta_known(ty, true, &listed, &[], known);
+        }
+        for s in &mut delta {
+            let c = s.apply_delta_known(ty, false, &req(&["new"]), &listed[..1], known);
+            assert_eq!(c.added, vec![Arc::<str>::from("new")]);
+            assert_eq!(c.removed, vec![Arc::<str>::from("c099")]);
+        }
+        for s in &delta {
+            assert!(s.names.ptr_eq(&delta[0].names), "one set for all");
+            assert!(s.names.contains("new") && !s.names.contains("c099"));
+        }
+        assert_eq!(delta[0].names.len(), 100);
+        assert!(
+            !delta[0].names.ptr_eq(&sotw[0].names),
+            "a delta change is never taken for a SotW list"
+        );
     }
 
     #[test]

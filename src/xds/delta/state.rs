@@ -139,11 +139,6 @@ impl DeltaState {
         &self.sub
     }
 
-    /// See [`Self::sub`].
-    pub(crate) fn sub_mut(&mut self) -> &mut Subscription {
-        &mut self.sub
-    }
-
     /// Whether a response may be sent for this type (INV-5).
     pub(crate) fn subscribed(&self) -> bool {
         self.sub.subscribed()

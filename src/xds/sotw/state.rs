@@ -122,11 +122,6 @@ impl SotwState {
         &self.sub
     }
 
-    /// See [`Self::sub`].
-    pub(crate) fn sub_mut(&mut self) -> &mut Subscription {
-        &mut self.sub
-    }
-
     /// Whether the subscription covers `name`.
     pub(crate) fn covers(&self, name: &str) -> bool {
         self.sub.covers(name)

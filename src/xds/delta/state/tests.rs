@@ -510,7 +510,6 @@ fn streams_with_a_shared_subscription_send_one_response_per_change() {
             },
             ..Default::default()
         });
-        shared.share(&mut st.sub_mut().names);
         let first = st.build(&s1, View::Envoy, false, &diffs).expect("first");
         assert!(
             first.shared.is_none(),
