@@ -149,11 +149,17 @@ mod tests {
         assert_eq!(store.seq(), 0);
         store.publish(s1);
         store.publish(s2);
-        assert_eq!((a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst)), (2, 2));
+        assert_eq!(
+            (a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst)),
+            (2, 2)
+        );
         assert_eq!(store.seq(), 2);
         drop(la);
         store.publish(s3);
-        assert_eq!((a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst)), (2, 3));
+        assert_eq!(
+            (a.0.load(Ordering::SeqCst), b.0.load(Ordering::SeqCst)),
+            (2, 3)
+        );
         drop(lb);
         assert!(store.inner.listeners.lock().is_empty());
         assert_eq!(store.load().map(|s| s.seq), Some(3));

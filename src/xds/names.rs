@@ -125,11 +125,7 @@ impl SharedNames {
     /// What `request` did to `before` when another stream holding the same shared set made it,
     /// if that is remembered. The result depends only on the set and the lists, so it is taken
     /// as it is.
-    pub(crate) fn recall(
-        &self,
-        before: &OrdSet<Arc<str>>,
-        request: RequestKey,
-    ) -> Option<Changed> {
+    pub(crate) fn recall(&self, before: &OrdSet<Arc<str>>, request: RequestKey) -> Option<Changed> {
         if before.len() < MIN_SHARED_LEN {
             return None;
         }
@@ -281,8 +277,15 @@ mod tests {
         let done = table.recall(&shared, key).expect("remembered");
         assert!(done.names.ptr_eq(&after));
         assert_eq!(&*done.added, &added[..]);
-        assert!(table.recall(&shared, delta_key(&[], &["new".to_string()])).is_none());
-        assert!(table.recall(&set(0..100), key).is_none(), "an equal set of its own");
+        assert!(
+            table
+                .recall(&shared, delta_key(&[], &["new".to_string()]))
+                .is_none()
+        );
+        assert!(
+            table.recall(&set(0..100), key).is_none(),
+            "an equal set of its own"
+        );
     }
 
     #[test]

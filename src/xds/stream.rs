@@ -18,8 +18,9 @@
 //! never queued behind pushes, SOTW-36); admin push requests. After each it wakes the body if a
 //! response is owed. The body is woken by the snapshot store on every publish (one registration
 //! per stream) and by the warming gate's timer. The drain signal and admin push requests are
-//! polled only after they woke their task (`own_waker.rs`). Responses are built only when h2 asks for one, from the
-//! newest snapshot (latest wins, TRANS-1), after every request applied before it (INV-5, SOTW-35).
+//! polled only after they woke their task (`own_waker.rs`). Responses are built only when h2 asks
+//! for one, from the newest snapshot (latest wins, TRANS-1), after every request applied before it
+//! (INV-5, SOTW-35).
 
 use std::future::poll_fn;
 use std::net::SocketAddr;

@@ -183,7 +183,7 @@ impl Subscription {
                 self.names.insert(Arc::clone(name));
             }
             let wildcard = listed.contains(&WILDCARD);
-            if let Some(sets) = known.sets {
+            if let Some(sets) = known.sets.filter(|_| !self.names.ptr_eq(&before)) {
                 let names = &mut self.names;
                 let changed = (&change.added[..], &change.removed[..]);
                 sets.share_change(&before, list, names, changed, wildcard);

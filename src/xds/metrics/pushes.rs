@@ -151,7 +151,11 @@ impl<const N: usize> Buckets<N> {
             below += n;
             let _ = writeln!(out, "{name}_bucket{{{label}{sep}le=\"{bound}\"}} {below}");
         }
-        let _ = writeln!(out, "{name}_bucket{{{label}{sep}le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{label}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
         let braces = |l: &str| {
             if l.is_empty() {
                 String::new()

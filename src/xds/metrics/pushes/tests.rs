@@ -77,8 +77,14 @@ fn rendered_families_carry_help_type_and_istiods_labels() {
         ("pilot_xds_push_time", "histogram"),
         ("pilot_proxy_convergence_time", "histogram"),
     ] {
-        assert!(out.contains(&format!("# HELP {family} ")), "{family}: {out}");
-        assert!(out.contains(&format!("# TYPE {family} {kind}\n")), "{family}: {out}");
+        assert!(
+            out.contains(&format!("# HELP {family} ")),
+            "{family}: {out}"
+        );
+        assert!(
+            out.contains(&format!("# TYPE {family} {kind}\n")),
+            "{family}: {out}"
+        );
     }
     assert!(out.contains("\npilot_xds_pushes{type=\"cds\"} "), "{out}");
     assert!(out.contains("\npilot_xds_config_size_bytes_bucket{type=\"cds\",le=\"10000\"} "));
