@@ -49,17 +49,10 @@ pub(crate) fn converged(elapsed: Duration) {
 /// Writes the four families, summed over every thread, in Prometheus' text format (the families
 /// with nothing recorded yet are left out, as the exporter leaves them out).
 pub(crate) fn render(out: &mut String) {
-    let sum = {
-        let all = TALLIES.lock();
-        let mut sum = all.retired.clone();
-        for t in &all.live {
-            sum.add(&t.lock());
-        }
-        sum
-    };
+    let sum = sum();
     let types = || {
         ResourceType::ALL
-            .iter()
+            .into_iter()
             .filter(|t| sum.pushes[t.index()] > 0)
     };
     if types().next().is_some() {
@@ -73,20 +66,10 @@ pub(crate) fn render(out: &mut String) {
             );
         }
         out.push('\n');
-        family(out, "pilot_xds_config_size_bytes", "histogram", SIZE_HELP);
-        for ty in types() {
-            let label = format!("type=\"{}\"", ty.short());
-            let b = &sum.size[ty.index()];
-            b.write(out, "pilot_xds_config_size_bytes", &label, &SIZE_BUCKETS);
-        }
-        out.push('\n');
-        family(out, "pilot_xds_push_time", "histogram", TIME_HELP);
-        for ty in types() {
-            let label = format!("type=\"{}\"", ty.short());
-            let b = &sum.time[ty.index()];
-            b.write(out, "pilot_xds_push_time", &label, &TIME_BUCKETS);
-        }
-        out.push('\n');
+        let name = "pilot_xds_config_size_bytes";
+        per_type(out, name, SIZE_HELP, &SIZE_BUCKETS, &sum.size, types());
+        let name = "pilot_xds_push_time";
+        per_type(out, name, TIME_HELP, &TIME_BUCKETS, &sum.time, types());
     }
     if sum.convergence.count > 0 {
         let name = "pilot_proxy_convergence_time";
@@ -105,6 +88,23 @@ const CONVERGENCE_HELP: &str =
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A histogram family with one series per type of `types`.
+fn per_type<const N: usize>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    bounds: &[f64; N],
+    series: &[Buckets<N>; ResourceType::COUNT],
+    types: impl Iterator<Item = ResourceType>,
+) {
+    family(out, name, "histogram", help);
+    for ty in types {
+        let label = format!("type=\"{}\"", ty.short());
+        series[ty.index()].write(out, name, &label, bounds);
+    }
+    out.push('\n');
 }
 
 /// Samples counted into fixed buckets: `counts[i]` holds those in `(bounds[i-1], bounds[i]]`.
@@ -197,6 +197,16 @@ impl Tally {
 struct Tallies {
     live: Vec<Arc<Mutex<Tally>>>,
     retired: Tally,
+}
+
+/// What every thread recorded, summed.
+fn sum() -> Tally {
+    let all = TALLIES.lock();
+    let mut sum = all.retired.clone();
+    for t in &all.live {
+        sum.add(&t.lock());
+    }
+    sum
 }
 
 /// Locked by a scrape and by a thread's first record and exit; a thread's own [`Tally`] is locked

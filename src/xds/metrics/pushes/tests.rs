@@ -39,12 +39,7 @@ fn a_series_is_written_cumulative_as_prometheus_reads_it() {
 /// Sizes above the largest bound: no test sends a 40 MB response, so only this test's pushes
 /// land there, whatever other tests of the process push meanwhile.
 fn oversized(ty: ResourceType) -> u64 {
-    let all = TALLIES.lock();
-    let mut sum = all.retired.clone();
-    for t in &all.live {
-        sum.add(&t.lock());
-    }
-    let b = &sum.size[ty.index()];
+    let b = &sum().size[ty.index()];
     b.count - b.counts.iter().sum::<u64>()
 }
 
