@@ -6,11 +6,10 @@
 //! and a list insert per stream per change, then a walk to unlink them all on the next send: ~3 %
 //! of the server's CPU in an endpoint change at 5,000 delta proxies. A stream's waker for new
 //! snapshots never changes (`xds/own_waker.rs` gives each branch a fixed one), so nothing needs to
-//! re-register: a publish stores the snapshot and its `seq`, then wakes each listener, which reads
-//! the newest `seq` (a listener that misses intermediate values simply sees the latest one).
+//! re-register: a publish stores the snapshot, then wakes each listener, which reads the newest
+//! snapshot's `seq` (a listener that misses intermediate values simply sees the latest one).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Waker;
 
 use arc_swap::ArcSwapOption;
@@ -30,8 +29,6 @@ pub struct SnapshotStore {
 
 struct Inner {
     current: ArcSwapOption<Snapshot>,
-    /// The newest snapshot's `seq`, stored before the listeners are woken.
-    seq: AtomicU64,
     /// Woken on every publish. Locked to add or remove one, and for the wake-ups of one publish
     /// (each a flag and a task schedule, no I/O).
     listeners: Mutex<Slab<Waker>>,
@@ -61,7 +58,6 @@ impl SnapshotStore {
         Self {
             inner: Arc::new(Inner {
                 current: ArcSwapOption::empty(),
-                seq: AtomicU64::new(0),
                 listeners: Mutex::new(Slab::new()),
             }),
         }
@@ -74,7 +70,7 @@ impl SnapshotStore {
 
     /// The newest snapshot's `seq` (0 before the first).
     pub fn seq(&self) -> u64 {
-        self.inner.seq.load(Ordering::Acquire)
+        self.inner.current.load().as_ref().map_or(0, |s| s.seq)
     }
 
     /// Wakes `waker` on every publish until the listener is dropped. Listen *before* reading
@@ -89,9 +85,7 @@ impl SnapshotStore {
 
     /// Makes `snapshot` the one every reader sees, and wakes the listeners.
     pub fn publish(&self, snapshot: Arc<Snapshot>) {
-        let seq = snapshot.seq;
         self.inner.current.store(Some(snapshot));
-        self.inner.seq.store(seq, Ordering::Release);
         for (_, waker) in self.inner.listeners.lock().iter() {
             waker.wake_by_ref();
         }
@@ -105,7 +99,7 @@ impl SnapshotStore {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Wake;
 
     use super::*;
