@@ -263,7 +263,9 @@ impl Subscription {
         self.last_list = None;
         let mut change = Change::default();
         let was_wildcard = self.wildcard;
-        let before = self.names.clone();
+        // Only a request that names something can change the set (not an ACK): the clone is a
+        // reference count on a root thousands of streams share.
+        let before = (!subscribe.is_empty() || !unsubscribe.is_empty()).then(|| self.names.clone());
         if first && subscribe.is_empty() && unsubscribe.is_empty() && ty.legacy_wildcard() {
             self.wildcard = true;
         }
@@ -309,15 +311,17 @@ impl Subscription {
                 }
             }
         }
-        if let Some(sets) = known.sets.filter(|_| !self.names.ptr_eq(&before)) {
+        if let (Some(sets), Some(before)) = (known.sets, &before)
+            && !self.names.ptr_eq(before)
+        {
             // Streams holding one shared set make the same change: the first shares the result,
             // the others take it (`names.rs`).
             let key = delta_key(subscribe, unsubscribe);
-            match sets.recall(&before, key) {
+            match sets.recall(before, key) {
                 Some(done) => self.names = done.names,
                 None => {
                     let changed = (&change.added[..], &change.removed[..]);
-                    sets.share_change(&before, key, &mut self.names, changed, false);
+                    sets.share_change(before, key, &mut self.names, changed, false);
                 }
             }
         }
